@@ -28,9 +28,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import git
+import pytest
 from schema_check import assert_valid
 
 from pytest_selfheal.cli.main import main
@@ -38,7 +40,7 @@ from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import StoreIOError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
-from pytest_selfheal.junit.writer import FailedReport, junit_message
+from pytest_selfheal.junit.writer import junit_message
 from pytest_selfheal.loop.control import KILL_ENV
 from pytest_selfheal.loop.driver import run_loop
 from pytest_selfheal.loop.replay import differences, replay, state_from_disk
@@ -507,16 +509,41 @@ def build_plan_doc(incident: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]
     return build_plan(record, **kwargs).to_json()
 
 
-def as_pytest_writes_it(report: FailedReport, prefix: str = "") -> bytes:
-    """The junit document pytest's junitxml writes for ``report`` (with ElementTree, as it does)."""
+class _Longrepr:
+    """What pytest's longrepr gives the capture: its text and its crash message."""
+
+    def __init__(self, text: str, message: str) -> None:
+        self.text = text
+        self.reprcrash = SimpleNamespace(message=message)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def failed_report(nodeid: str, when: str, message: str, text: str, file: Optional[str] = None,
+                  line: Optional[int] = None, duration: float = 0.0) -> Any:
+    """pytest's failing report of ``nodeid`` in its phase ``when`` (``collect``: a
+    CollectReport), with its crash ``message`` and its ``text``; ``line`` 1-based."""
+    longrepr = _Longrepr(text, message)
+    if when == "collect":
+        return pytest.CollectReport(nodeid, "failed", longrepr, [])
+    location = (file or "", None if line is None else line - 1, nodeid)
+    return pytest.TestReport(nodeid, location, {}, "failed", longrepr, when, duration=duration)  # type: ignore[arg-type]
+
+
+def as_pytest_writes_it(report: Any, prefix: str = "") -> bytes:
+    """The junit document pytest's junitxml writes for the failing ``report`` (with
+    ElementTree, as it does)."""
     classname, name = mangle_nodeid(report.nodeid, prefix)
-    case = ET.Element("testcase", classname=classname, name=name, time=f"{report.duration:.3f}")
-    if report.file:
-        case.set("file", xml_escape_visible(report.file))
-    if report.line is not None:
-        case.set("line", str(report.line))
-    result = ET.SubElement(case, report.outcome, message=xml_escape_visible(junit_message(report)))
-    result.text = xml_escape_visible(report.text)
+    case = ET.Element("testcase", classname=classname, name=name, time=f"{getattr(report, 'duration', 0.0):.3f}")
+    file, line, _ = report.location
+    if file:
+        case.set("file", xml_escape_visible(file))
+    if line is not None:
+        case.set("line", str(line + 1))
+    result = ET.SubElement(case, "failure" if report.when == "call" else "error",
+                           message=xml_escape_visible(junit_message(report)))
+    result.text = xml_escape_visible(report.longreprtext)
     suite = ET.Element("testsuite", name="pytest", tests="1")
     suite.append(case)
     return ET.tostring(suite, encoding="utf-8")

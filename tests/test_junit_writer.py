@@ -4,11 +4,11 @@ import io
 
 import pytest
 from _pytest.junitxml import mangle_test_address
-from helpers import as_pytest_writes_it
+from helpers import as_pytest_writes_it, failed_report
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity, xml_escape_visible
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, junit_case, junit_message
+from pytest_selfheal.junit.writer import junit_case, junit_message
 
 NODEIDS = [
     "tests/test_a.py::test_b",
@@ -34,26 +34,26 @@ def test_identity_maps_back_to_nodeid() -> None:
 
 def test_messages_follow_pytest_junitxml() -> None:
     base = dict(nodeid="t.py::x", message="ValueError: boom", text="tb")
-    assert junit_message(FailedReport(when="call", **base)) == "ValueError: boom"
-    assert junit_message(FailedReport(when="setup", **base)) == 'failed on setup with "ValueError: boom"'
-    assert junit_message(FailedReport(when="teardown", **base)) == 'failed on teardown with "ValueError: boom"'
-    assert junit_message(FailedReport(when="collect", **base)) == "collection failure"
+    assert junit_message(failed_report(when="call", **base)) == "ValueError: boom"
+    assert junit_message(failed_report(when="setup", **base)) == 'failed on setup with "ValueError: boom"'
+    assert junit_message(failed_report(when="teardown", **base)) == 'failed on teardown with "ValueError: boom"'
+    assert junit_message(failed_report(when="collect", **base)) == "collection failure"
 
 
 def test_the_case_is_what_the_reader_reads_from_pytests_junit() -> None:
     reports = [
-        FailedReport("tests/test_a.py::test_b", "call", "assert 1 == 2\x1b[31m", "E  assert 1 == 2\x00\r\nE  x\ry",
-                     "tests/test_a.py", 3, 0.12345),
-        FailedReport("tests/test_a.py::TestX::test_c[1]", "setup", "RuntimeError: <db> & co\r\n", "tb\t"),
-        FailedReport("tests/test_a.py::test_d", "teardown", "OSError: gone", "x" * 70_000),
-        FailedReport("tests/test_broken.py", "collect", "SyntaxError", "E   def test_x(:"),
+        failed_report("tests/test_a.py::test_b", "call", "assert 1 == 2\x1b[31m", "E  assert 1 == 2\x00\r\nE  x\ry",
+                      "tests/test_a.py", 3, 0.12345),
+        failed_report("tests/test_a.py::TestX::test_c[1]", "setup", "RuntimeError: <db> & co\r\n", "tb\tx"),
+        failed_report("tests/test_a.py::test_d", "teardown", "OSError: gone", "x" * 70_000),
+        failed_report("tests/test_broken.py", "collect", "SyntaxError", "E   def test_x(:"),
     ]
     for report in reports:
         (read,) = iter_testcases(io.BytesIO(as_pytest_writes_it(report, prefix="pre")))
-        assert junit_case(report, prefix="pre") == read
-    case = junit_case(reports[0])
+        assert junit_case(report, report.nodeid, prefix="pre") == read
+    case = junit_case(reports[0], reports[0].nodeid)
     assert (case.outcome, case.message, case.text) == ("failed", "assert 1 == 2#x1B[31m", "E  assert 1 == 2#x00\nE  x\ny")
-    assert junit_case(reports[1]).outcome == "error"
+    assert junit_case(reports[1], reports[1].nodeid).outcome == "error"
 
 
 def test_escape_keeps_legal_text() -> None:

@@ -401,9 +401,10 @@ def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequenc
     return RootCause(frame=frame, stack=tuple(stack), test_line=test_line, calls=tuple(calls))
 
 
-# The special method an instruction calls on its operand.
-_DUNDER_OPS = {"BINARY_SUBSCR": "__getitem__", "STORE_SUBSCR": "__setitem__", "DELETE_SUBSCR": "__delitem__",
-               "CONTAINS_OP": "__contains__", "GET_ITER": "__iter__"}
+# The special method an instruction calls on its operand, by opcode.
+_DUNDER_OPS = {dis.opmap[name]: dunder for name, dunder in (
+    ("BINARY_SUBSCR", "__getitem__"), ("STORE_SUBSCR", "__setitem__"), ("DELETE_SUBSCR", "__delitem__"),
+    ("CONTAINS_OP", "__contains__"), ("GET_ITER", "__iter__"))}
 # The special method a builtin called by name calls (one that iterates its argument: ``__iter__``).
 _DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "str": "__str__", "hash": "__hash__",
                     "reversed": "__reversed__",
@@ -415,7 +416,8 @@ def _implied_dunders(code: types.CodeType) -> list[str]:
     """The special methods ``code`` (nested code included) may call through an operator or
     a builtin: ``c[k] = v`` → ``__setitem__``, ``len(c)`` → ``__len__``."""
     found = [_DUNDER_BUILTINS[n] for n in code.co_names if n in _DUNDER_BUILTINS]
-    found.extend(_DUNDER_OPS[i.opname] for i in dis.get_instructions(code) if i.opname in _DUNDER_OPS)
+    # Each instruction is two bytes, its opcode first: read without building an Instruction each.
+    found.extend(_DUNDER_OPS[op] for op in code.co_code[::2] if op in _DUNDER_OPS)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             found.extend(_implied_dunders(const))

@@ -92,11 +92,13 @@ def local_imports(test_file: str, rootdir: Path) -> list[str]:
         parts = name.split(".")
         for base in bases:
             for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
+                if not candidate.is_file():  # most names are not the repo's: one stat, no resolve
+                    continue
                 try:
                     rel = candidate.resolve().relative_to(root).as_posix()
                 except ValueError:
                     continue
-                if candidate.is_file() and rel not in found and "site-packages" not in rel:
+                if rel not in found and "site-packages" not in rel:
                     found.append(rel)
                     if candidate.name == "__init__.py":
                         for module in _reexported(candidate.resolve(), root):

@@ -5,22 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.junit.nodeids import nodeid_by_identity
-from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 
 STEP_COLLECTION = "collection"
+# pytest's failing reports with their node ids as the documents hold them (cut and redacted).
+Reports = Sequence[tuple[str, Any]]
 
 
 def attach_nodeids(
-    failures: Sequence[Failure], reports: Sequence[FailedReport], prefix: str = ""
+    failures: Sequence[Failure], reports: Reports, prefix: str = ""
 ) -> list[Failure]:
     """Give each failure the node id of the pytest report it came from (matched by junit identity)."""
-    by_identity = nodeid_by_identity([r.nodeid for r in reports], prefix)
-    when = {r.nodeid: r.when for r in reports}
+    by_identity = nodeid_by_identity([nodeid for nodeid, _ in reports], prefix)
+    when = {nodeid: report.when for nodeid, report in reports}
     out = []
     for failure in failures:
         nodeid = failure.nodeid or by_identity.get(failure.test)
@@ -31,17 +32,16 @@ def attach_nodeids(
     return out
 
 
-def incident_step(failure: Failure, reports: Sequence[FailedReport]) -> str:
+def incident_step(failure: Failure, reports: Reports) -> str:
     """The first failing test's node id, or ``collection`` for a collection error."""
-    for report in reports:
-        if report.nodeid == failure.nodeid and report.when == "collect":
-            return STEP_COLLECTION
+    if any(nodeid == failure.nodeid and report.when == "collect" for nodeid, report in reports):
+        return STEP_COLLECTION
     return failure.nodeid or failure.test
 
 
 def build_incident(
     failures: Sequence[Failure],
-    reports: Sequence[FailedReport],
+    reports: Reports,
     *,
     counts: Mapping[str, int],
     rootdir: str,

@@ -21,15 +21,14 @@ from pytest_selfheal.analysis.rules import parse_hook_rules, rules_for_run
 from pytest_selfheal.analysis.testfiles import digests, test_code_paths
 from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.capture.imports import local_imports
-from pytest_selfheal.capture.incident import attach_nodeids, build_incident
+from pytest_selfheal.capture.incident import Reports, attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
-from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot, ignored
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import rerun_count, triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, junit_case
+from pytest_selfheal.junit.writer import failure_text, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
@@ -64,12 +63,12 @@ class CaptureResult:
     summary_lines: list[str] = field(default_factory=list)
 
 
-def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
+def log_tail(reports: Reports, max_lines: int) -> str:
     """The last ``max_lines`` lines of the failure output, one headed block per failure."""
     lines: list[str] = []
-    for report in reports:
-        lines.append(f"{'_' * 20} {report.nodeid} ({report.when}) {'_' * 20}")
-        lines.extend(report.text.splitlines())
+    for nodeid, report in reports:
+        lines.append(f"{'_' * 20} {nodeid} ({report.when}) {'_' * 20}")
+        lines.extend(failure_text(report).splitlines())
     if len(lines) > max_lines:
         dropped = len(lines) - max_lines
         lines = [f"[... {dropped} earlier lines omitted ...]"] + lines[-max_lines:]
@@ -77,7 +76,7 @@ def log_tail(reports: Sequence[FailedReport], max_lines: int) -> str:
 
 
 def fingerprint_reports(
-    reports: Sequence[FailedReport],
+    reports: Reports,
     *,
     rules: Sequence[Rule],
     junit_path: Optional[Path] = None,
@@ -95,10 +94,10 @@ def fingerprint_reports(
     if junit_path is not None and junit_path.is_file():
         read = iter_testcases(junit_path, warnings=warnings)
     else:
-        read = [junit_case(report, prefix) for report in reports]
+        read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
     cases = redact_cases(read, redactor)
     failures = failures_from_cases(cases, extra_rules=rules, warnings=warnings)
-    known = {r.nodeid for r in reports}
+    known = {nodeid for nodeid, _ in reports}
     failures = attach_nodeids(failures, reports, prefix)
     # A user's --junitxml holds the whole run; keep what this run's reports say failed.
     return [f for f in failures if f.nodeid in known] or failures
@@ -114,18 +113,15 @@ def invocation_dir(config: pytest.Config) -> str:
 
 
 def with_target_paths(
-    failures: Sequence[Failure], reports: Sequence[FailedReport], rootdir: Path, base: str = ""
+    failures: Sequence[Failure], reports: Reports, evidence: Mapping[str, RootCause], rootdir: Path, base: str = ""
 ) -> list[Failure]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports (none that git ignores), and the root-cause evidence its report carries
-    (capture/evidence.py). ``base``: the
-    invocation directory relative to ``rootdir`` (the traceback's relative paths start there)."""
+    imports (none that git ignores), and its root-cause evidence (capture/evidence.py; by node id
+    as written). ``base``: the invocation directory relative to ``rootdir`` (the traceback's
+    relative paths start there)."""
     text_by_nodeid: dict[str, str] = {}
-    evidence: dict[str, RootCause] = {}
-    for report in reports:
-        text_by_nodeid[report.nodeid] = text_by_nodeid.get(report.nodeid, "") + report.text + "\n"
-        if report.root_cause is not None and report.nodeid not in evidence:
-            evidence[report.nodeid] = report.root_cause  # the first failing phase's (call before teardown)
+    for nodeid, report in reports:
+        text_by_nodeid[nodeid] = text_by_nodeid.get(nodeid, "") + failure_text(report) + "\n"
     repo_root = str(rootdir.resolve())
     imports_of: dict[str, list[str]] = {}  # one parse per test file, not one per failure
     out = []
@@ -144,17 +140,6 @@ def with_target_paths(
     if skip:
         out = [replace(f, target_paths=tuple(p for p in f.target_paths if p not in skip)) for f in out]
     return out
-
-
-def root_cause_of(payload: object) -> Optional[RootCause]:
-    """The evidence an xdist worker's report carries (its JSON) as a record; evidence that
-    does not parse is dropped, as unknown evidence is (it only groups failures)."""
-    if not payload or not isinstance(payload, Mapping):
-        return None
-    try:
-        return RootCause.from_json(dict(payload), "root cause")
-    except InputError:
-        return None
 
 
 def store_incident(
@@ -198,15 +183,15 @@ def analyse_run(
     *,
     config: pytest.Config,
     effective: EffectiveConfig,
-    reports: Sequence[FailedReport],
-    counts: Mapping[str, int],
+    reports: Reports,
+    evidence: Mapping[str, RootCause] = MappingProxyType({}),
     warnings: list[str],
     redactor: Optional[Redactor] = None,
     user_junit: bool = True,
 ) -> list[Failure]:
     """Fingerprinted, classified, redacted failures of this run's failing reports (their node
-    ids already redacted, as written), with target paths. ``redactor``: the run's (default:
-    built from ``effective``).
+    ids already redacted, as written), with target paths and ``evidence`` (by node id as
+    written). ``redactor``: the run's (default: built from ``effective``).
     ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
     that passed on re-run, which it holds as passing tests."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
@@ -220,7 +205,7 @@ def analyse_run(
         warnings=warnings,
         redactor=redactor,
     )
-    return with_target_paths(failures, reports, Path(config.rootpath), invocation_dir(config))
+    return with_target_paths(failures, reports, evidence, Path(config.rootpath), invocation_dir(config))
 
 
 def _triaged(entry: Failure, triage: Triage) -> Failure:
@@ -235,7 +220,7 @@ def capture_incident(
     *,
     config: pytest.Config,
     effective: EffectiveConfig,
-    reports: Sequence[FailedReport],
+    reports: Reports,
     failures: Sequence[Failure],
     counts: Mapping[str, int],
     reports_root: Path,

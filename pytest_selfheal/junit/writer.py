@@ -4,73 +4,68 @@ The capture fingerprints a failure from its junit testcase, read like any other 
 so that a failure gets the same fingerprint from the capture, from ``--junitxml`` and from
 ``selfheal fingerprint``: :func:`junit_case` is the case the junit reader reads from the
 document pytest's own junitxml writes for the report (same classname/name mangling, same
-message attribute, the same escapes and line ends), built once in memory. Switching on
-pytest's junitxml for every run would cost large green suites about a tenth of their time.
+message attribute, the same escapes and line ends), built once in memory from pytest's
+report itself. Switching on pytest's junitxml for every run would cost large green suites
+about a tenth of their time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import Any
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
 from pytest_selfheal.junit.reader import MAX_TEXT, text_marker
-from pytest_selfheal.records.incident import RootCause
 from pytest_selfheal.records.models import OUTCOME_ERROR, OUTCOME_FAILED, TestCaseResult
 
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
 
 
-@dataclass(frozen=True)
-class FailedReport:
-    """A failing pytest report as the capture reads it once (recorder/finish.py), its node id
-    cut and redacted as every document holds it."""
-
-    nodeid: str
-    when: str  # setup | call | teardown | collect
-    message: str  # pytest's crash message (reprcrash.message) or a derived one
-    text: str  # the full longrepr text
-    file: Optional[str] = None
-    line: Optional[int] = None
-    duration: float = 0.0
-    root_cause: Optional[RootCause] = None  # evidence resolved inside pytest (capture/evidence.py)
-
-    @property
-    def outcome(self) -> str:
-        """junit element: <failure> for a failing test body, <error> otherwise."""
-        return "failure" if self.when == "call" else "error"
+def failure_text(report: Any) -> str:
+    """The full text of pytest's failing ``report`` (a TestReport or a CollectReport)."""
+    return str(report.longreprtext or "")
 
 
-def junit_message(report: FailedReport) -> str:
-    """The message attribute pytest's junitxml would write for this report."""
+def crash_message(report: Any) -> str:
+    """pytest's crash message of ``report`` (reprcrash.message), or the exception's line."""
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        return str(reprcrash.message)
+    text = failure_text(report)
+    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
+    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    if error_lines:
+        return error_lines[-1]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def junit_message(report: Any) -> str:
+    """The message attribute pytest's junitxml writes for ``report``."""
     if report.when == "collect":
         return "collection failure"
-    message = report.message[:MESSAGE_BUDGET]
-    if report.when == "setup":
-        return f'failed on setup with "{message}"'
-    if report.when == "teardown":
-        return f'failed on teardown with "{message}"'
+    message = crash_message(report)[:MESSAGE_BUDGET]
+    if report.when in ("setup", "teardown"):
+        return f'failed on {report.when} with "{message}"'
     return message
 
 
-def junit_case(report: FailedReport, prefix: str = "") -> TestCaseResult:
-    """The junit testcase of ``report`` as the junit reader reads it from pytest's junitxml."""
-    classname, name = mangle_nodeid(report.nodeid, prefix)
+def junit_case(report: Any, nodeid: str, prefix: str = "") -> TestCaseResult:
+    """The junit testcase of pytest's failing ``report`` as the junit reader reads it from
+    pytest's junitxml; ``nodeid``: the report's node id as the documents hold it (cut and
+    redacted). A failing test body is a <failure>, any other phase an <error>."""
+    classname, name = mangle_nodeid(nodeid, prefix)
     # An XML parser reads a CR or CRLF of element text as LF; an attribute keeps them (the
     # writer escapes them as character references).
-    text = xml_escape_visible(report.text).replace("\r\n", "\n").replace("\r", "\n")
+    text = xml_escape_visible(failure_text(report)).replace("\r\n", "\n").replace("\r", "\n")
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n" + text_marker(len(text) - MAX_TEXT)
+    location = getattr(report, "location", None)
     return TestCaseResult(
-        classname=classname, name=name, outcome=OUTCOME_FAILED if report.outcome == "failure" else OUTCOME_ERROR,
+        classname=classname, name=name, outcome=OUTCOME_FAILED if report.when == "call" else OUTCOME_ERROR,
         message=xml_escape_visible(junit_message(report)), text=text,
-        file=xml_escape_visible(report.file) if report.file else None, line=report.line,
-        time=float(f"{report.duration:.3f}"),
+        file=xml_escape_visible(location[0]) if location and location[0] else None,
+        line=location[1] + 1 if location and location[1] is not None else None,
+        time=float(f"{float(getattr(report, 'duration', 0.0) or 0.0):.3f}"),
     )
 
 
-__all__: list[str] = [
-    "FailedReport",
-    "junit_message",
-    "junit_case",
-]
+__all__: list[str] = ["crash_message", "failure_text", "junit_case", "junit_message"]

@@ -12,35 +12,33 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.capture.context import probe_platform
+from pytest_selfheal.capture.incident import Reports
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import (
     analyse_run,
     capture_incident,
     invocation_dir,
     record_passed_on_rerun,
-    root_cause_of,
 )
 from pytest_selfheal.config.seal import Loaded, loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
-from pytest_selfheal.errors import SelfhealError
+from pytest_selfheal.errors import InputError, SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segment_dir import ci_capture_run_id
 from pytest_selfheal.junit import reader
-from pytest_selfheal.junit.writer import FailedReport
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
 from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
+from pytest_selfheal.records.incident import RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import DETAIL, ESSENTIAL, SUMMARY, Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
-from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
@@ -48,38 +46,42 @@ from pytest_selfheal.store.fsio import atomic_write_text, project_path
 from pytest_selfheal.store.root import project_store
 
 
-def _crash_message(report: Any) -> str:
-    reprcrash = getattr(report.longrepr, "reprcrash", None)
-    if reprcrash is not None and getattr(reprcrash, "message", None):
-        return str(reprcrash.message)
-    text = str(report.longreprtext or "")
-    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
-    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    if error_lines:
-        return error_lines[-1]
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-
-
-def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[FailedReport]:
-    """pytest's failing reports the run kept (or ``kept``) as every document holds them, read
-    once: the node id cut as the junit reader cuts it and redacted (a parametrize id can carry
-    a secret) here, for every document this run writes; the failing tests marked ``tdd`` noted
-    on the recorder."""
+def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[tuple[str, Any]]:
+    """pytest's failing reports the run kept (or ``kept``), each with its node id as every
+    document holds it: cut as the junit reader cuts it and redacted (a parametrize id can
+    carry a secret) here, once for every document this run writes; the failing tests marked
+    ``tdd`` noted on the recorder."""
     redactor = recorder.redactor
-    reports: list[FailedReport] = []
+    reports: list[tuple[str, Any]] = []
     for report in recorder.failed if kept is None else kept:
         nodeid = redactor.redact(bounded_nodeid(report.nodeid))
         if kept is None and "tdd" in getattr(report, "keywords", {}) and nodeid not in recorder.tdd_nodeids:
             recorder.tdd_nodeids.append(nodeid)
-        location = getattr(report, "location", None)
-        reports.append(FailedReport(
-            nodeid=nodeid, when=report.when, message=_crash_message(report), text=str(report.longreprtext or ""),
-            file=location[0] if location else None,
-            line=(location[1] + 1) if location and location[1] is not None else None,
-            duration=float(getattr(report, "duration", 0.0) or 0.0),
-            # Evidence an xdist worker resolved rides on the report as JSON (recorder.ROOT_CAUSE_ATTR).
-            root_cause=root_cause_of(getattr(report, ROOT_CAUSE_ATTR, None))))
+        reports.append((nodeid, report))
     return reports
+
+
+def root_causes(reports: Reports, resolved: Mapping[str, RootCause]) -> dict[str, RootCause]:
+    """Each failing test's root-cause evidence by its node id as written, the first failing
+    phase's (call before teardown): an xdist worker's rides on its report as JSON
+    (recorder.ROOT_CAUSE_ATTR), else it was ``resolved`` in this process (by pytest's node id)."""
+    evidence: dict[str, RootCause] = {}
+    for nodeid, report in reports:
+        found = _carried(getattr(report, ROOT_CAUSE_ATTR, None)) or resolved.get(report.nodeid)
+        if found is not None:
+            evidence.setdefault(nodeid, found)
+    return evidence
+
+
+def _carried(payload: object) -> Optional[RootCause]:
+    """The evidence an xdist worker's report carries (its JSON) as a record; evidence that
+    does not parse is dropped, as unknown evidence is (it only groups failures)."""
+    if not payload or not isinstance(payload, Mapping):
+        return None
+    try:
+        return RootCause.from_json(dict(payload), "root cause")
+    except InputError:
+        return None
 
 
 def finish_session(recorder: Recorder, exitstatus: int) -> None:
@@ -108,22 +110,16 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         # run while the failures are analysed.
         git = PendingSnapshot(Path(recorder.config.rootpath), exclude=[recorder.reports_root])
         probe_platform()
-    # Evidence resolved in this process after the report was logged (xdist's rides on the report).
-    evidence = recorder.evidence
-    reports = [
-        replace(r, root_cause=evidence[r.nodeid]) if r.root_cause is None and r.nodeid in evidence else r
-        for r in reports
-    ]
+    evidence = root_causes(reports, recorder.evidence)
     if recorder.spectrum is not None:
         ranked = recorder.spectrum.evidence()
-        reports = [replace(r, root_cause=ranked.root_cause(r.nodeid, r.root_cause)) for r in reports]
+        evidence = {nodeid: found for nodeid in dict.fromkeys(n for n, _ in reports)
+                    if (found := ranked.root_cause(nodeid, evidence.get(nodeid))) is not None}
         if reports and not ranked.top:
             warnings.append(f"--selfheal-spectrum recorded no spectrum: {recorder.spectrum.why_empty()}")
-    failures = analyse_run(
-        config=recorder.config, effective=recorder.effective, reports=reports, counts=counts, warnings=warnings,
-        redactor=recorder.redactor,
-    )
-    passed_on_rerun = _passed_on_rerun(recorder, counts, warnings)
+    failures = analyse_run(config=recorder.config, effective=recorder.effective, reports=reports, evidence=evidence,
+                           warnings=warnings, redactor=recorder.redactor)
+    passed_on_rerun = _passed_on_rerun(recorder, warnings)
     covered: set[str] = set()
     still_open: list[str] = []
     iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
@@ -153,12 +149,12 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         if options_problem:
             warnings.append(options_problem)
         # Failing tests the junit reader did not keep (its cap): counted, never verified.
-        failing_ids = len({r.nodeid for r in reports})
+        failing_ids = len({nodeid for nodeid, _ in reports})
         unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
         result = capture_incident(
             config=recorder.config,
             effective=recorder.effective,
-            reports=[r for r in reports if r.nodeid in nodeids],
+            reports=[(nodeid, report) for nodeid, report in reports if nodeid in nodeids],
             failures=remaining,
             counts=counts,
             reports_root=recorder.reports_root,
@@ -203,7 +199,7 @@ def forgotten_stop_lines(project_root: Path, reports_root: Path) -> list[str]:
         "kept outside the project, the stop stands (docs/loop.md)")]
 
 
-def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[str]) -> list[Failure]:
+def _passed_on_rerun(recorder: Recorder, warnings: list[str]) -> list[Failure]:
     """The tests that passed on a re-run, fingerprinted and classified from their first
     failed run as any failure is (the one path: our junit document, the junit reader)."""
     nodeids = set(recorder.passed_on_rerun())
@@ -213,9 +209,10 @@ def _passed_on_rerun(recorder: Recorder, counts: dict[str, int], warnings: list[
     for failed in recorder.reruns:
         if failed.nodeid in nodeids:
             first.setdefault(failed.nodeid, failed)
-    return analyse_run(config=recorder.config, effective=recorder.effective,
-                       reports=failed_reports(recorder, list(first.values())), counts=counts, warnings=warnings,
-                       redactor=recorder.redactor, user_junit=False)
+    reports = failed_reports(recorder, list(first.values()))
+    return analyse_run(config=recorder.config, effective=recorder.effective, reports=reports,
+                       evidence=root_causes(reports, {}), warnings=warnings, redactor=recorder.redactor,
+                       user_junit=False)
 
 
 def loaded_of(recorder: Recorder) -> Loaded:
@@ -241,7 +238,6 @@ def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
 
 def _write_report(recorder: Recorder) -> None:
     """The compact report in the terminal; the full markdown to report_path when set."""
-    store = project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor)
     ids = [i for i in [recorder.incident_id] if i] + [
         i.incident_id for i in recorder.open_incidents if i.incident_id in recorder.outcomes_incidents()
     ]
@@ -249,7 +245,7 @@ def _write_report(recorder: Recorder) -> None:
         return
     captured = recorder.captured
     report = build_report(
-        incidents=[captured if captured is not None and i == recorder.incident_id else load_incident_run(store, i)
+        incidents=[captured if captured is not None and i == recorder.incident_id else recorder.loop_side().incident_run(i)
                    for i in dict.fromkeys(ids)],
         effective_config=recorder.effective.values,
         origins=recorder.effective.origins,

@@ -26,7 +26,7 @@ from pytest_selfheal.process import fresh_pycache
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
-from pytest_selfheal.report.load import incident_run_of
+from pytest_selfheal.report.load import incident_run_of, load_incident_run
 from pytest_selfheal.run.entry import run_incident_loop
 from pytest_selfheal.store.root import Store, project_store
 
@@ -44,6 +44,10 @@ class LoopSide:
         """The store of the run's reports root (RefusedError when it leads out of the project)."""
         return project_store(self.recorder.config.rootpath, self.recorder.effective.settings.reports_dir,
                              self.recorder.redactor)
+
+    def incident_run(self, incident_id: str) -> IncidentRun:
+        """An open incident's records as on disk: the report's input for one this run iterated."""
+        return load_incident_run(self.store(), incident_id)
 
     def open_incidents(self) -> list[agent_mode.OpenIncident]:
         """The open incidents whose tests this run may verify (none readable: a line says why)."""

@@ -19,6 +19,7 @@ from helpers import (
     PYTEST_SELFHEAL,
     as_pytest_writes_it,
     cli,
+    failed_report,
     git_commit_all,
     incident_ids,
     make_project,
@@ -30,7 +31,7 @@ from hypothesis import strategies as st
 
 from pytest_selfheal.history.quarantine import parse_quarantine
 from pytest_selfheal.junit.reader import iter_testcases
-from pytest_selfheal.junit.writer import FailedReport, junit_case
+from pytest_selfheal.junit.writer import junit_case
 from pytest_selfheal.redact import default_redactor
 from pytest_selfheal.store.root import Store
 
@@ -198,8 +199,8 @@ def test_redaction_output_always_encodes_as_utf8(text: str, key: str) -> None:
 @SETTINGS
 @given(st.text(min_size=1, max_size=60), st.text(max_size=200), st.sampled_from(["call", "setup", "collect"]))
 def test_the_capture_reads_a_failure_as_the_reader_reads_pytests_junit(name: str, message: str, when: str) -> None:
-    report = FailedReport(f"tests/test_{name}.py::test_{name}", when, message, message, file=f"tests/test_{name}.py")
-    assert list(iter_testcases(io.BytesIO(as_pytest_writes_it(report)))) == [junit_case(report)]
+    report = failed_report(f"tests/test_{name}.py::test_{name}", when, message, message, file=f"tests/test_{name}.py")
+    assert list(iter_testcases(io.BytesIO(as_pytest_writes_it(report)))) == [junit_case(report, report.nodeid)]
 
 
 @pytest.mark.parametrize("message", ["\x00\x01\x1b[31m" + "é" * 10 + "\ud800",
