@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         failing = generate(root, args.tests, args.failing, args.sleep, args.file_size, args.failing_files,
                            args.calls)
         env = child_env(config_dir)
+        # A state directory of its own: the installed code's bytecode the clean room keeps is
+        # this run's (filled by the warm-up), whatever else runs on the machine.
+        env["XDG_STATE_HOME"] = str(work / "state")
         # Two captures of the same run: (d)'s stops after one iteration, (a)'s never stops.
         loop_id = capture(root, env, ONE_ITERATION)
         loop_snapshot = work / "captured_loop"
