@@ -374,7 +374,7 @@ def parser_for(kind: Any) -> Parser:
     raise TypeError(f"no JSON parser for {kind!r}: name one in its Annotated type")
 
 
-def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
+def fields_of(cls: type) -> tuple[Field, ...]:
     """The JSON keys of a record class, in its fields' order. A field's type gives its parser
     and its key is required when it has no default; an ``Annotated`` type may say otherwise:
     a parser (a ``checked`` one: allowed values, a description), a :class:`JsonKey`,

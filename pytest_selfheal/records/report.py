@@ -25,7 +25,7 @@ from pytest_selfheal.records.jsondoc import (
     lenient,
 )
 from pytest_selfheal.records.run_result import DecisionOption, DecisionPoint
-from pytest_selfheal.records.tolerant import as_str, opt_str, strs
+from pytest_selfheal.records.tolerant import opt_str, strs
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_TITLE = "RALF Lite Loop Report"
@@ -122,11 +122,9 @@ class TriageEntry(LenientRecord):
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> TriageEntry:
-        """The entry of a report JSON, read tolerantly (each field as its type, else empty)."""
-        evidence = {spec.name: lenient(spec, data.get(spec.key)) for spec in fields_of(Triage) if not spec.required}
-        return cls(nodeid=opt_str(data.get("nodeid")), fingerprint=opt_str(data.get("fingerprint")),
-                   failure_type=opt_str(data.get("failure_type")),
-                   triage=Triage(as_str(data.get("label")), as_str(data.get("detail")), **evidence))
+        """The entry of a report JSON, read leniently: its identity, its triage beside it."""
+        own, triage = ({f.name: lenient(f, data.get(f.key)) for f in fields_of(kind)} for kind in (cls, Triage))
+        return cls(**{**own, "triage": Triage(**triage)})
 
     @classmethod
     def parse(cls, doc: Any, path: str) -> TriageEntry:
