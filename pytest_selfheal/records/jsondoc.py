@@ -334,6 +334,7 @@ class Field:
     parse: Parser
     required: bool = False
     name: str = ""  # the dataclass attribute holding the value
+    kind: Any = None  # its type
 
 
 @dataclass(frozen=True)
@@ -366,14 +367,14 @@ def parser_for(kind: Any) -> Parser:
         return json_array if args[0] is Any else strings if args[0] is str else array_of(parser_for(args[0]))
     if origin is Mapping and args[0] is str:
         return json_object if args[1] is Any else object_of(parser_for(args[1]))
-    if isinstance(kind, type) and issubclass(kind, JsonRecord):
+    if isinstance(kind, type) and issubclass(kind, (JsonRecord, LenientRecord)):
         return kind.parse
     if isinstance(kind, type) and issubclass(kind, Enum):
         return one_of(kind)
     raise TypeError(f"no JSON parser for {kind!r}: name one in its Annotated type")
 
 
-def fields_of(cls: type[JsonRecord]) -> tuple[Field, ...]:
+def fields_of(cls: type) -> tuple[Field, ...]:
     """The JSON keys of a record class, in its fields' order. A field's type gives its parser
     and its key is required when it has no default; an ``Annotated`` type may say otherwise:
     a parser (a ``checked`` one: allowed values, a description), a :class:`JsonKey`,
@@ -463,11 +464,11 @@ class JsonRecord:
 class _Shape:
     """What ``parse`` and ``to_json`` read of a record class's fields, worked out once per class."""
 
-    def __init__(self, cls: type[JsonRecord]) -> None:
+    def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls, include_extras=True)
         fields = []
         for spec in dataclasses.fields(cast(Any, cls)):
-            if spec.name in ("keys", "extra"):
+            if spec.name in ("keys", "extra") and spec.kw_only:  # the base's, not a record's own
                 continue
             kind, said = hints[spec.name], []
             if typing.get_origin(kind) is Annotated:
@@ -478,7 +479,7 @@ class _Shape:
             if presence is None:
                 defaulted = spec.default is not dataclasses.MISSING or spec.default_factory is not dataclasses.MISSING
                 presence = OPTIONAL if defaulted else REQUIRED
-            fields.append(Field(key, parse or parser_for(kind), presence is REQUIRED, spec.name))
+            fields.append(Field(key, parse or parser_for(kind), presence is REQUIRED, spec.name, kind))
         self.fields = tuple(fields)
         # key -> (attribute, parser), in the fields' order.
         self.known = {field.key: (field.name, field.parse) for field in fields}
@@ -488,7 +489,7 @@ class _Shape:
 
 
 # One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
-_shape = cast("Callable[[type[JsonRecord]], _Shape]", cache(_Shape))
+_shape = cast("Callable[[type], _Shape]", cache(_Shape))
 
 
 def field_defaults(cls: type) -> dict[str, object]:
@@ -504,3 +505,74 @@ def field_defaults(cls: type) -> dict[str, object]:
 
 def empty_map() -> FrozenObject:
     return MappingProxyType({})
+
+
+L = TypeVar("L", bound="LenientRecord")
+
+
+@dataclass(frozen=True)
+class LenientRecord:
+    """A record whose document may be a hand's or another version's (a report): ``parse``
+    checks it field by field as :class:`JsonRecord` does; ``from_json`` reads it so that one
+    odd value never stops a rendering (:func:`lenient`). Unknown keys are kept in ``extra``;
+    ``to_json`` writes every field (``OMITTED`` ones only when not None), then ``extra``."""
+
+    WRITTEN: ClassVar[tuple[str, ...]] = ()  # keys always written that are no fields
+    OMITTED: ClassVar[tuple[str, ...]] = ()
+
+    extra: FrozenObject = dataclasses.field(default_factory=empty_map, kw_only=True)
+
+    @classmethod
+    def parse(cls: type[L], doc: Any, path: str) -> L:
+        if not isinstance(doc, dict):
+            raise _expected(path, "object", doc)
+        shape = _shape(cls)
+        for key in (*cls.WRITTEN, *shape.required):
+            if key not in doc:
+                raise FieldError(child(path, key), "required field missing")
+        values = {shape.known[key][0]: shape.known[key][1](value, child(path, key))
+                  for key, value in doc.items() if key in shape.known}
+        return cls._build(values, doc)
+
+    @classmethod
+    def from_json(cls: type[L], doc: Mapping[str, Any]) -> L:
+        """The record of ``doc``, read leniently: each value as its field's parser reads it, else
+        :func:`lenient`; a required key missing reads as its type's empty value."""
+        fields = _shape(cls).fields
+        return cls._build({f.name: lenient(f, doc.get(f.key)) for f in fields if f.key in doc or f.required}, doc)
+
+    @classmethod
+    def _build(cls: type[L], values: dict[str, Any], doc: Mapping[str, Any]) -> L:
+        known = {*_shape(cls).known, *cls.WRITTEN}
+        extra = {key: value for key, value in doc.items() if key not in known}
+        return cls(**values, extra=freeze(extra) if extra else empty_map())
+
+    def to_json(self) -> JsonObject:
+        doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
+               and (value is not None or key not in self.OMITTED)}
+        return {**doc, **plain_json(self.extra)}
+
+
+def lenient(spec: Field, value: Any) -> Any:
+    """``value`` as the field ``spec`` reads it, else what fits: a boolean's truth, the items of
+    a list and the entries of an object that fit, else None or the type's empty value."""
+    try:
+        return spec.parse(value, spec.key)
+    except FieldError:
+        pass
+    kind, optional = spec.kind, typing.get_origin(spec.kind) is Union
+    if optional:
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is bool:
+        return bool(value)
+    if origin is tuple:
+        item = Field(spec.key, parser_for(args[0]), kind=Optional[args[0]])
+        return tuple(v for v in (lenient(item, v) for v in value) if v is not None) if isinstance(value, list) else ()
+    if origin is Mapping:
+        entry = Field(spec.key, parser_for(args[1]), kind=Optional[args[1]])
+        kept = {k: lenient(entry, v) for k, v in value.items()} if isinstance(value, dict) else {}
+        return MappingProxyType({k: v for k, v in kept.items() if v is not None})
+    if isinstance(kind, type) and issubclass(kind, LenientRecord) and isinstance(value, dict):
+        return kind.from_json(value)
+    return None if optional else {str: "", int: 0, float: 0.0}.get(kind)

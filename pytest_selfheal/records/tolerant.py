@@ -1,9 +1,8 @@
-"""Tolerant readers of JSON values (pure): a report JSON read back (merge, render) is read
-so that a field of the wrong type reads as the default, and one odd entry never stops a report."""
+"""Tolerant readers of loose JSON values (pure): a value of the wrong type reads as empty."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Optional
 
 
@@ -13,15 +12,6 @@ def as_str(value: Any, default: str = "") -> str:
 
 def opt_str(value: Any) -> Optional[str]:
     return value if isinstance(value, str) else None
-
-
-def as_int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def dicts(value: Any) -> list[Mapping[str, object]]:
-    """The mappings in a list ``value`` (others dropped); [] when it is no list."""
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, (list, tuple)) else []
 
 
 def strs(value: Any) -> list[str]:
