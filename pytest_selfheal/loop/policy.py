@@ -14,7 +14,7 @@ from typing import Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt, RecordedDecision
+from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
@@ -176,51 +176,26 @@ class Progress:
     tests_fixed: tuple[str, ...]  # node ids failing (or missing) before and passing now
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What to do after the latest observation, and why."""
-
-    action: str  # "continue" | "stop"
-    stop_reason: Optional[str]
-    final_status: Optional[str]  # resolved | escalated | replan_requested; None = leave the incident open
-    progress: Progress
-    same_error_repeats: int  # consecutive sightings (capture included) of the current fingerprint set
-    no_progress_streak: int  # consecutive no-progress iterations (the capture counts as one)
-    retry_timeout: bool  # this iteration timed out and its one retry is still allowed
-    message: str  # one human sentence explaining the decision
-    iteration: int = 0  # verification iterations so far (the capture is 0)
-    conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
-
-    @property
-    def stopped(self) -> bool:
-        return self.action == ACTION_STOP
-
-    @classmethod
-    def open_stop(cls, reason: str, message: str, iteration: int) -> Decision:
-        """A stop decided before any run was compared, which leaves the incident open."""
-        baseline = Progress(False, (BASELINE,), False, ())
-        return cls(ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
-
-    def to_record(self) -> RecordedDecision:
-        return RecordedDecision(
-            action=self.action,
-            stop_reason=self.stop_reason,
-            final_status=self.final_status,
-            progress=self.progress.progress,
-            progress_reasons=tuple(self.progress.reasons),
-            fingerprint_changed=self.progress.fingerprint_changed,
-            tests_fixed=tuple(self.progress.tests_fixed),
-            same_error_repeats=self.same_error_repeats,
-            no_progress_streak=self.no_progress_streak,
-            retry_timeout=self.retry_timeout,
-            message=self.message,
-            iteration=self.iteration,
-            conditions=tuple(self.conditions),
-            keys=_DECISION_KEYS,
-        )
+DECISION_KEYS = tuple(f.key for f in fields_of(Decision))  # a decision made here records every key
 
 
-_DECISION_KEYS = tuple(f.key for f in fields_of(RecordedDecision))
+def decision(action: str, stop_reason: Optional[str], final_status: Optional[str], progress: Progress,
+             same_error_repeats: int, no_progress_streak: int, retry_timeout: bool, message: str,
+             iteration: int = 0, conditions: tuple[str, ...] = ()) -> Decision:
+    """What to do after the latest observation, and why, as the attempt records it."""
+    return Decision(
+        action=action, stop_reason=stop_reason, final_status=final_status, progress=progress.progress,
+        progress_reasons=progress.reasons, fingerprint_changed=progress.fingerprint_changed,
+        tests_fixed=progress.tests_fixed, same_error_repeats=same_error_repeats,
+        no_progress_streak=no_progress_streak, retry_timeout=retry_timeout, message=message,
+        iteration=iteration, conditions=conditions, keys=DECISION_KEYS,
+    )
+
+
+def open_stop(reason: str, message: str, iteration: int) -> Decision:
+    """A stop decided before any run was compared, which leaves the incident open."""
+    return decision(ACTION_STOP, reason, None, Progress(False, (BASELINE,), False, ()), 0, 0, False, message,
+                    iteration, (reason,))
 
 
 def is_success(observation: Observation) -> bool:
