@@ -548,20 +548,20 @@ def test_progress_between_reasons() -> None:
     assert fixed.progress and fixed.tests_fixed == (B,) and not fixed.fingerprint_changed
     # The same pass with the code known to be the same: flaky, not a fix.
     flaky = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "passed"}))
-    assert (flaky.progress, flaky.reasons, flaky.tests_fixed) == (False, ("flaky",), ())
+    assert (flaky.progress, flaky.progress_reasons, flaky.tests_fixed) == (False, ("flaky",), ())
     unknown_code = fail(0, ["F"], diff=None, outcomes={A: "failed", B: "missing"})
     downstream = progress_between(unknown_code, fail(1, ["G"], diff=None, outcomes={A: "failed", B: "missing"}))
-    assert downstream.reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
+    assert downstream.progress_reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
     # The same tests fail with another message while the code is known to be the same: unstable.
     unstable = progress_between(base, fail(1, ["G"], outcomes={A: "failed", B: "missing"}))
     # ... judged the same failure again: "fingerprint same", as the repeat count sees it.
-    assert unstable.progress is False and unstable.reasons == ("message_unstable",) and not unstable.fingerprint_changed
+    assert unstable.progress is False and unstable.progress_reasons == ("message_unstable",) and not unstable.fingerprint_changed
     after_edit = progress_between(base, fail(1, ["G"], diff="d9", outcomes={A: "failed", B: "missing"}))
-    assert after_edit.reasons == ("fingerprint_changed", "diff_changed")
+    assert after_edit.progress_reasons == ("fingerprint_changed", "diff_changed")
     code = progress_between(base, fail(1, ["F"], diff="d9", outcomes={A: "failed", B: "missing"}))
-    assert code.reasons == ("diff_changed",)
+    assert code.progress_reasons == ("diff_changed",)
     none = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "missing"}))
-    assert none.progress is False and none.reasons == ()
+    assert none.progress is False and none.progress_reasons == ()
 
 
 def test_fewer_failures_without_a_fix_is_not_progress() -> None:
@@ -570,7 +570,7 @@ def test_fewer_failures_without_a_fix_is_not_progress() -> None:
     cur = fail(1, ["FA"], outcomes={A: "failed", B: "missing"})
     progress = progress_between(prev, cur)
     # B ran to no verdict: not verified (never flaky); FA is the same failure seen again.
-    assert (progress.progress, progress.reasons, progress.fingerprint_changed) == (False, ("not_verified",), False)
+    assert (progress.progress, progress.progress_reasons, progress.fingerprint_changed) == (False, ("not_verified",), False)
 
 
 def test_unknown_diff_hash_is_never_a_change() -> None:

@@ -17,7 +17,6 @@ from pytest_selfheal.loop.policy import (
     TIMEOUT_LIMIT,
     LoopPolicy,
     Observation,
-    Progress,
     decision,
     failing_tests,
     final_status_of,
@@ -28,6 +27,7 @@ from pytest_selfheal.loop.policy import (
     no_progress_streak,
     open_stop,
     progress_between,
+    progress_signal,
     same_error_repeats,
 )
 from pytest_selfheal.records.attempt import Decision
@@ -122,7 +122,7 @@ def decide(
         )
         if reason == StopReason.HARNESS_CHANGED:
             # The judge changed: nothing this run saw counts as progress (not judged).
-            progress = Progress(False, (HARNESS_CHANGED,), progress.fingerprint_changed, ())
+            progress = progress_signal(False, (HARNESS_CHANGED,), bool(progress.fingerprint_changed))
         if flaky_only and reason != StopReason.SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
                         + first_few(sorted(failing_tests(cur))) + "): it failed on every re-run, which the "

@@ -15,7 +15,6 @@ from pytest_selfheal.loop.policy import (
     REPAIR_TIMEOUT,
     LoopPolicy,
     Observation,
-    Progress,
     fixed_tests,
     flaky_tests,
     is_evidence,
@@ -38,7 +37,7 @@ def continue_message(
     policy: LoopPolicy,
     observations: Sequence[Observation],
     iteration: int,
-    progress: Progress,
+    progress: Decision,
     retry: bool,
     no_fixes: int,
 ) -> str:
@@ -54,7 +53,7 @@ def continue_message(
         upto = plural(policy.max_iterations, "iteration")
         return f"Captured the failure; re-running the verification selection (up to {upto})."
     if progress.progress:
-        reasons = ", ".join(progress.reasons)
+        reasons = ", ".join(progress.progress_reasons)
         return f"Iteration {iteration} made progress ({reasons}); continuing ({plural(left, 'iteration')} left)."
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 

@@ -127,7 +127,7 @@ def _decision_from_record(data: Decision) -> Decision:
         data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
         reason,
         data.final_status if data.final_status is not None else policy.final_status_of(reason),
-        policy.Progress(bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed),
+        policy.progress_signal(bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed),
         data.same_error_repeats,
         data.no_progress_streak,
         bool(data.retry_timeout),
