@@ -344,8 +344,8 @@ def test_flaky_passes_on_rerun_is_success_and_flagged() -> None:
     assert flaky_tests(observations) == [A]
     assert "flaky" in decision.message and A in decision.message
     # No code changed: a pass is flakiness, never a fix or progress.
-    assert decision.progress.tests_fixed == () and decision.progress.reasons == ("flaky",)
-    assert not decision.progress.progress
+    assert decision.tests_fixed == () and decision.progress_reasons == ("flaky",)
+    assert not decision.progress
     assert status_line(decision, DEFAULT).endswith("progress no (flaky) -> STOP success")
 
 
@@ -381,7 +381,7 @@ def test_repeats_counted_even_when_the_code_changed() -> None:
     policy = LoopPolicy(error_fingerprint_repeats=3)
     history = [fail(0, diff="d0"), fail(1, diff="d1")]
     first = decide(policy, history)
-    assert first.action == "continue" and first.progress.reasons == ("diff_changed",)
+    assert first.action == "continue" and first.progress_reasons == ("diff_changed",)
     decision = decide(policy, history + [fail(2, diff="d2")])
     assert decision.stop_reason == "repeated_fingerprint"
     assert "no_progress" not in decision.conditions
@@ -414,8 +414,8 @@ def test_agent_path_progress_each_iteration_until_max_iterations() -> None:
         observations.append(fail(i, [f"F{i}"], diff=f"d{i}"))
         decisions.append(decide(DEFAULT, observations))
     assert [d.action for d in decisions] == ["continue", "continue", "stop"]
-    assert all(d.progress.progress for d in decisions)
-    assert decisions[0].progress.reasons == ("fingerprint_changed", "diff_changed")
+    assert all(d.progress for d in decisions)
+    assert decisions[0].progress_reasons == ("fingerprint_changed", "diff_changed")
     assert decisions[-1].stop_reason == "max_iterations"
     assert decisions[-1].no_progress_streak == 0
     assert decisions[-1].same_error_repeats == 1
@@ -428,7 +428,7 @@ def test_partial_fix_then_stuck() -> None:
     ]
     first = decide(DEFAULT, observations)
     assert first.action == "continue"
-    assert first.progress.tests_fixed == (B,) and first.progress.reasons == ("tests_fixed", "diff_changed")
+    assert first.tests_fixed == (B,) and first.progress_reasons == ("tests_fixed", "diff_changed")
     assert first.same_error_repeats == 1
     observations.append(fail(2, ["FA"], diff="d1", outcomes={A: "failed", B: "passed"}))
     decision = decide(DEFAULT, observations)
@@ -439,7 +439,7 @@ def test_partial_fix_then_stuck() -> None:
 def test_timeout_retries_once_then_stops() -> None:
     first = decide(DEFAULT, [fail(0), timed_out(1)])
     assert first.action == "continue" and first.retry_timeout is True
-    assert first.progress.progress is False and first.progress.reasons == ("timeout",)
+    assert first.progress is False and first.progress_reasons == ("timeout",)
     second = decide(DEFAULT, [fail(0), timed_out(1), timed_out(2)])
     assert second.stop_reason == "timeout" and second.retry_timeout is False
 
@@ -468,8 +468,7 @@ def test_a_pass_after_a_capture_of_timeouts_reads_as_first_evidence_not_the_same
     capture = fail(0, ["T"], types=[TIMEOUT])
     decision = decide(DEFAULT, [capture, green(1)])
     assert decision.stop_reason == "success"
-    progress = decision.progress
-    assert progress_words(progress.fingerprint_changed, progress.progress, progress.reasons) == (
+    assert progress_words(bool(decision.fingerprint_changed), bool(decision.progress), decision.progress_reasons) == (
         "fingerprint changed, progress no (first evidence)")
 
 
@@ -489,7 +488,7 @@ def test_first_timeout_does_not_exceed_max_iterations() -> None:
 def test_no_fix_found_once_continues_twice_stops() -> None:
     first = decide(DEFAULT, [fail(0), nofix(1)])
     assert first.action == "continue"
-    assert first.progress.progress is False and first.progress.reasons == ("no_fix_found",)
+    assert first.progress is False and first.progress_reasons == ("no_fix_found",)
     # The empty repair is not a second sighting of the failure.
     assert first.same_error_repeats == 1 and first.no_progress_streak == 1
     assert decide(DEFAULT, [fail(0), nofix(1), nofix(2)]).stop_reason == "no_fix_found"
@@ -549,20 +548,20 @@ def test_progress_between_reasons() -> None:
     assert fixed.progress and fixed.tests_fixed == (B,) and not fixed.fingerprint_changed
     # The same pass with the code known to be the same: flaky, not a fix.
     flaky = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "passed"}))
-    assert (flaky.progress, flaky.reasons, flaky.tests_fixed) == (False, ("flaky",), ())
+    assert (flaky.progress, flaky.progress_reasons, flaky.tests_fixed) == (False, ("flaky",), ())
     unknown_code = fail(0, ["F"], diff=None, outcomes={A: "failed", B: "missing"})
     downstream = progress_between(unknown_code, fail(1, ["G"], diff=None, outcomes={A: "failed", B: "missing"}))
-    assert downstream.reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
+    assert downstream.progress_reasons == ("fingerprint_changed",) and downstream.fingerprint_changed
     # The same tests fail with another message while the code is known to be the same: unstable.
     unstable = progress_between(base, fail(1, ["G"], outcomes={A: "failed", B: "missing"}))
     # ... judged the same failure again: "fingerprint same", as the repeat count sees it.
-    assert unstable.progress is False and unstable.reasons == ("message_unstable",) and not unstable.fingerprint_changed
+    assert unstable.progress is False and unstable.progress_reasons == ("message_unstable",) and not unstable.fingerprint_changed
     after_edit = progress_between(base, fail(1, ["G"], diff="d9", outcomes={A: "failed", B: "missing"}))
-    assert after_edit.reasons == ("fingerprint_changed", "diff_changed")
+    assert after_edit.progress_reasons == ("fingerprint_changed", "diff_changed")
     code = progress_between(base, fail(1, ["F"], diff="d9", outcomes={A: "failed", B: "missing"}))
-    assert code.reasons == ("diff_changed",)
+    assert code.progress_reasons == ("diff_changed",)
     none = progress_between(base, fail(1, ["F"], outcomes={A: "failed", B: "missing"}))
-    assert none.progress is False and none.reasons == ()
+    assert none.progress is False and none.progress_reasons == ()
 
 
 def test_fewer_failures_without_a_fix_is_not_progress() -> None:
@@ -571,7 +570,7 @@ def test_fewer_failures_without_a_fix_is_not_progress() -> None:
     cur = fail(1, ["FA"], outcomes={A: "failed", B: "missing"})
     progress = progress_between(prev, cur)
     # B ran to no verdict: not verified (never flaky); FA is the same failure seen again.
-    assert (progress.progress, progress.reasons, progress.fingerprint_changed) == (False, ("not_verified",), False)
+    assert (progress.progress, progress.progress_reasons, progress.fingerprint_changed) == (False, ("not_verified",), False)
 
 
 def test_unknown_diff_hash_is_never_a_change() -> None:
@@ -624,7 +623,7 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     assert data["iterations"] == len(observations) - 1
     assert data["fingerprints_per_iteration"] == [list(o.fingerprints) for o in observations]
     assert data["recommended_next_action"] == recommended_next_action(reason)
-    json.dumps({"decision_point": point, "handoff": data, "decision": decision.to_record().to_json()})
+    json.dumps({"decision_point": point, "handoff": data, "decision": decision.to_json()})
 
 
 def test_decision_point_and_handoff_match_the_run_result_schema() -> None:
@@ -867,7 +866,7 @@ def test_a_flaky_timeout_beside_a_real_failure_does_not_void_the_observation() -
     first = decide(DEFAULT, [capture, rerun])
     # The flaky timeout passing with the code unchanged is flakiness, not progress; F was
     # seen twice with the same code: deterministic.
-    assert first.progress.progress is False and first.progress.reasons == ("flaky",)
+    assert first.progress is False and first.progress_reasons == ("flaky",)
     assert first.stop_reason == "repeated_fingerprint"
 
 
@@ -876,7 +875,7 @@ def test_an_unstable_message_is_a_repeat_not_progress() -> None:
     history = [fail(0, ["F1"]), fail(1, ["F2"])]
     assert same_error_repeats(history) == 2 and no_progress_streak(history) == 2
     decision = decide(LoopPolicy(max_iterations=5), history)
-    assert decision.stop_reason == "repeated_fingerprint" and decision.progress.reasons == ("message_unstable",)
+    assert decision.stop_reason == "repeated_fingerprint" and decision.progress_reasons == ("message_unstable",)
     assert status_line(decision, LoopPolicy(max_iterations=5)).endswith(
         "fingerprint same, progress no (message unstable) -> STOP repeated_fingerprint")
     assert "(fingerprint F2; its message changes between runs) was seen 2 times" in decision.message
@@ -894,7 +893,7 @@ def test_one_flaky_one_quarantined_one_real_does_not_burn_the_budget_as_progress
     capture = fail(0, ["FL", "Q1", "R"], outcomes={"fl": "failed", "q": "failed", "r": "failed"})
     rerun = fail(1, ["Q2", "R"], outcomes={"fl": "passed", "q": "failed", "r": "failed"})
     decision = decide(LoopPolicy(max_iterations=5), [capture, rerun])
-    assert decision.progress.progress is False and decision.progress.reasons == ("flaky",)
+    assert decision.progress is False and decision.progress_reasons == ("flaky",)
     assert decision.stop_reason == "repeated_fingerprint" and decision.iteration == 1
     assert "progress no (flaky)" in status_line(decision, LoopPolicy(max_iterations=5))
     assert flaky_tests([capture, rerun]) == ["fl"]
@@ -919,18 +918,18 @@ def test_a_failing_test_that_skips_is_not_verified_never_flaky() -> None:
     capture = fail(0, ["F", "G"], outcomes={A: "failed", B: "failed"})
     rerun = fail(1, ["F"], outcomes={A: "failed", B: "skipped"})
     decision = decide(LoopPolicy(max_iterations=5), [capture, rerun])
-    assert decision.progress.reasons == ("not_verified",) and flaky_tests([capture, rerun]) == []
+    assert decision.progress_reasons == ("not_verified",) and flaky_tests([capture, rerun]) == []
     line = status_line(decision, LoopPolicy(max_iterations=5))
     assert "progress no (not verified)" in line and "flaky" not in line
     # A pass beside the skip is still a flaky pass.
     passed = fail(1, ["F"], outcomes={A: "failed", B: "passed"})
-    assert decide(LoopPolicy(max_iterations=5), [capture, passed]).progress.reasons == ("flaky",)
+    assert decide(LoopPolicy(max_iterations=5), [capture, passed]).progress_reasons == ("flaky",)
 
 
 def test_a_harness_changed_stop_is_never_progress() -> None:
     rerun = fail(1, ["G"], diff="d9", harness_changed=("pytest.ini: addopts",))
     decision = decide(DEFAULT, [fail(0), rerun])
-    assert decision.stop_reason == "harness_changed" and decision.progress.progress is False
+    assert decision.stop_reason == "harness_changed" and decision.progress is False
     assert "progress no (not judged) -> STOP harness_changed" in status_line(decision, DEFAULT)
 
 

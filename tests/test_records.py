@@ -22,7 +22,7 @@ from schema_check import assert_valid
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, InputError
 from pytest_selfheal.plan.build import replan
-from pytest_selfheal.records.attempt import Attempt, RecordedDecision, RepairBlock
+from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import CodeRef, Failure, Incident, RootCause
@@ -45,7 +45,7 @@ RECORDS: dict[str, type[JsonRecord]] = {"incident": Incident, "plan": Plan, "att
 ALL_RECORDS: tuple[type[JsonRecord], ...] = (
     Incident, Failure, RootCause, CodeRef, Plan, PlanAction, GroupKey, SuspectEntry, Excerpt, Hypothesis,
     ReplanEntry, Attempt,
-    RepairBlock, RecordedDecision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
+    RepairBlock, Decision, RunResult, DecisionPoint, DecisionOption, DecisionContext, Handoff, RunRepair, Event,
 )  # fmt: skip
 
 

@@ -293,7 +293,7 @@ BROKEN = ("tests/test_calc.py::test_add", "tests/test_invoice.py::test_total")
 def test_a_fix_that_broke_tests_continues_while_the_budget_lasts_then_stops_regression() -> None:
     policy = LoopPolicy(max_iterations=2)
     first = decide(policy, [CAPTURE, _green(1, BROKEN)])
-    assert first.action == "continue" and first.progress.tests_fixed == ("tests/test_calc.py::test_mul",)
+    assert first.action == "continue" and first.tests_fixed == ("tests/test_calc.py::test_mul",)
     last = decide(policy, [CAPTURE, _green(1, BROKEN), _green(2, BROKEN)])
     assert last.stop_reason == StopReason.REGRESSION and last.final_status == FinalStatus.ESCALATED
     # It outranks the exhaustion it ends with: the repeat and the iteration budget.

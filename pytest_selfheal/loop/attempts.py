@@ -35,7 +35,7 @@ from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
@@ -54,7 +54,7 @@ class IterationOutcome:
     """What :func:`record_iteration` recorded and decided."""
 
     attempt: Optional[Attempt]  # the attempt_XX.json written (None when a pending stop was completed instead)
-    decision: policy.Decision
+    decision: Decision
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[LoopResult] = None  # the loop stopped and was closed out
     warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
@@ -259,10 +259,10 @@ def record_iteration(
             "outcomes": dict(observation.outcomes),
             "failures": [_failure_entry(f).to_json() for f in failures],
             "new_failures": [_failure_entry(f).to_json() for f in new_failures],
-            "fingerprint_changed": decision.progress.fingerprint_changed,
-            "progress": decision.progress.progress,
-            "progress_reasons": list(decision.progress.reasons),
-            "tests_fixed": list(decision.progress.tests_fixed),
+            "fingerprint_changed": decision.fingerprint_changed,
+            "progress": decision.progress,
+            "progress_reasons": list(decision.progress_reasons),
+            "tests_fixed": list(decision.tests_fixed),
             "diff_hash": observation.diff_hash,
             "exit_code": exit_code,
             "duration_seconds": round(max(0.0, duration_seconds), 3),
@@ -270,7 +270,7 @@ def record_iteration(
             "repair": repair.to_json() if repair is not None else None,
             "scope_denied": observation.scope_denied,
             "same_error_repeats": decision.same_error_repeats,
-            "decision": decision.to_record().to_json(),
+            "decision": decision.to_json(),
         }
         for key, names in (("not_run", not_run), ("tests_edited", edited), ("harness_changed", observation.harness_changed)):
             if names:
@@ -292,7 +292,7 @@ def record_iteration(
         unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
         notes = [unverified] if unverified else []
         if regression is not None:
-            notes.append(regression_line(incident_id, decision.progress.tests_fixed, regression))
+            notes.append(regression_line(incident_id, decision.tests_fixed, regression))
         closed = finalize(run, decision, effective=effective, observations=observations, project_root=project_root) \
             if decision.stopped else None
         return IterationOutcome(attempt, decision, line, closed, warnings=history_warnings, notes=notes)
@@ -329,7 +329,7 @@ def _redact_config(redactor: Any, value: Any) -> Any:
 
 def build_run_result(
     incident_id: str,
-    decision: policy.Decision,
+    decision: Decision,
     *,
     observations: Sequence[policy.Observation],
     attempts: Sequence[Attempt],
@@ -359,7 +359,7 @@ def build_run_result(
         "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
         "decision_point": point.to_json(),
         "handoff": messages.handoff(observations, decision, incident_id).to_json(),
-        "decision": decision.to_record().to_json(),
+        "decision": decision.to_json(),
         "effective_config": _redact_config(effective.redactor, dict(effective.values)),
         "effective_config_origins": dict(effective.origins),
     }
@@ -368,7 +368,7 @@ def build_run_result(
 
 def finalize(
     run: LoopRun,
-    decision: policy.Decision,
+    decision: Decision,
     *,
     effective: EffectiveConfig,
     observations: Optional[Sequence[policy.Observation]] = None,

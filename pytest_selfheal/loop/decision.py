@@ -15,10 +15,9 @@ from pytest_selfheal.loop.policy import (
     NO_FIX_FOUND_LIMIT,
     PRECEDENCE,
     TIMEOUT_LIMIT,
-    Decision,
     LoopPolicy,
     Observation,
-    Progress,
+    decision,
     failing_tests,
     final_status_of,
     is_evidence,
@@ -26,9 +25,12 @@ from pytest_selfheal.loop.policy import (
     is_success,
     is_timeout,
     no_progress_streak,
+    open_stop,
     progress_between,
+    progress_signal,
     same_error_repeats,
 )
+from pytest_selfheal.records.attempt import Decision
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.vocab import StopReason, TriageLabel, first_few
@@ -70,7 +72,7 @@ def decide(
         if policy.enabled and not cancelled:
             raise ValueError("decide() needs at least the capture observation")
         reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
-        return Decision.open_stop(reason, stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes), 0)
+        return open_stop(reason, stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes), 0)
 
     cur = observations[-1]
     iteration = len(observations) - 1
@@ -120,16 +122,16 @@ def decide(
         )
         if reason == StopReason.HARNESS_CHANGED:
             # The judge changed: nothing this run saw counts as progress (not judged).
-            progress = Progress(False, (HARNESS_CHANGED,), progress.fingerprint_changed, ())
+            progress = progress_signal(False, (HARNESS_CHANGED,), bool(progress.fingerprint_changed))
         if flaky_only and reason != StopReason.SUCCESS:
             message += (" Every test still failing is known flaky in the failure history ("
                         + first_few(sorted(failing_tests(cur))) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")
-        return Decision(
+        return decision(
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
         )
     retry = timeouts == 1
-    return Decision(
+    return decision(
         ACTION_CONTINUE,
         None,
         None,

@@ -41,7 +41,7 @@ from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
-    VerificationRun,
+    Verifier,
     check_command,
     observe,
     remove_stale_verify_dirs,
@@ -52,7 +52,7 @@ from pytest_selfheal.loop.verify import (
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import selected_by
-from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
@@ -62,23 +62,6 @@ from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 from pytest_selfheal.store.states import TERMINAL
-
-
-class Verifier(Protocol):
-    """Runs one verification command with its junit XML at ``junit_path``
-    (:func:`verify.run_selection` in production; all a test needs to fake a run)."""
-
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        junit_path: Path,
-        timeout_seconds: Optional[float],
-        env: Optional[Mapping[str, str]] = None,
-        invocation_dir: Optional[Path] = None,
-        selection_file: Optional[Path] = None,
-    ) -> VerificationRun: ...
 
 
 class Provider(Protocol):
@@ -262,7 +245,7 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
         decision = decide(pol, observations, cancelled=True)
         if decision.stop_reason != StopReason.CANCELLED:
             # Only disabled/success outrank cancelled; neither can be pending here.
-            decision = policy.Decision.open_stop(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
+            decision = policy.open_stop(StopReason.CANCELLED, "Cancelled; recorded attempts are saved.", decision.iteration)
         finalize(run, decision, effective=effective, observations=observations, project_root=project_root)
     say(status_line(decision, pol, incident_id=incident_id))
 
@@ -289,7 +272,7 @@ def _drive(
         say(edited_keys)
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
-    def close(decision: policy.Decision) -> LoopResult:
+    def close(decision: Decision) -> LoopResult:
         result = finalize(run, decision, effective=effective, project_root=project_root)
         say(status_line(decision, pol, incident_id=incident_id))
         say(_final_line(incident_id, result))
@@ -314,7 +297,7 @@ def _drive(
     )
     if selection.refused is not None:
         iteration = len(run.split()[1])
-        decision = policy.Decision.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
+        decision = policy.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
         result = finalize(run, decision, effective=effective, project_root=project_root)
         say(status_line(decision, pol, incident_id=incident_id))
         return result
@@ -382,7 +365,7 @@ def _drive(
             return outcome.run_result
 
 
-def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[policy.Decision]:
+def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Decision]:
     """The stop the records alone decide before anything runs, or None: the capture alone
     is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
     incident = run.incident

@@ -13,15 +13,13 @@ from pytest_selfheal.loop.policy import (
     REPAIR_CRASHED,
     REPAIR_NO_FIX_FOUND,
     REPAIR_TIMEOUT,
-    Decision,
     LoopPolicy,
     Observation,
-    Progress,
     fixed_tests,
     flaky_tests,
     is_evidence,
 )
-from pytest_selfheal.records.attempt import RepairBlock
+from pytest_selfheal.records.attempt import Decision, RepairBlock
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
@@ -39,7 +37,7 @@ def continue_message(
     policy: LoopPolicy,
     observations: Sequence[Observation],
     iteration: int,
-    progress: Progress,
+    progress: Decision,
     retry: bool,
     no_fixes: int,
 ) -> str:
@@ -55,7 +53,7 @@ def continue_message(
         upto = plural(policy.max_iterations, "iteration")
         return f"Captured the failure; re-running the verification selection (up to {upto})."
     if progress.progress:
-        reasons = ", ".join(progress.reasons)
+        reasons = ", ".join(progress.progress_reasons)
         return f"Iteration {iteration} made progress ({reasons}); continuing ({plural(left, 'iteration')} left)."
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
@@ -261,7 +259,7 @@ def iteration_prefix(incident_id: Optional[str], iteration: int, max_iterations:
 def status_line(decision: Decision, policy: LoopPolicy, *, incident_id: Optional[str] = None) -> str:
     """ONE parseable line per iteration (grammar in docs/loop.md "Status line")."""
     verdict = f"STOP {decision.stop_reason}" if decision.stopped else "CONTINUE"
-    words = progress_words(decision.progress.fingerprint_changed, decision.progress.progress, decision.progress.reasons)
+    words = progress_words(bool(decision.fingerprint_changed), bool(decision.progress), decision.progress_reasons)
     if decision.stop_reason in (StopReason.CANCELLED, StopReason.DISABLED):
         words = "no verification ran, no fingerprint"  # a stop before the run: nothing was compared
     text = f"{iteration_prefix(incident_id, decision.iteration, policy.max_iterations)}: {words} -> {verdict}"

@@ -14,7 +14,7 @@ from typing import Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt, RecordedDecision
+from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
@@ -166,61 +166,34 @@ class Observation:
         return self.fingerprints[0] if self.fingerprints else None
 
 
-@dataclass(frozen=True)
-class Progress:
-    """The progress signal of one iteration compared with the previous one."""
-
-    progress: bool
-    reasons: tuple[str, ...]  # tests_fixed | fingerprint_changed | diff_changed, or why not judged
-    fingerprint_changed: bool  # judged another failure (failure_changed), not a repeat
-    tests_fixed: tuple[str, ...]  # node ids failing (or missing) before and passing now
+DECISION_KEYS = tuple(f.key for f in fields_of(Decision))  # a decision made here records every key
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What to do after the latest observation, and why."""
-
-    action: str  # "continue" | "stop"
-    stop_reason: Optional[str]
-    final_status: Optional[str]  # resolved | escalated | replan_requested; None = leave the incident open
-    progress: Progress
-    same_error_repeats: int  # consecutive sightings (capture included) of the current fingerprint set
-    no_progress_streak: int  # consecutive no-progress iterations (the capture counts as one)
-    retry_timeout: bool  # this iteration timed out and its one retry is still allowed
-    message: str  # one human sentence explaining the decision
-    iteration: int = 0  # verification iterations so far (the capture is 0)
-    conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
-
-    @property
-    def stopped(self) -> bool:
-        return self.action == ACTION_STOP
-
-    @classmethod
-    def open_stop(cls, reason: str, message: str, iteration: int) -> Decision:
-        """A stop decided before any run was compared, which leaves the incident open."""
-        baseline = Progress(False, (BASELINE,), False, ())
-        return cls(ACTION_STOP, reason, None, baseline, 0, 0, False, message, iteration, (reason,))
-
-    def to_record(self) -> RecordedDecision:
-        return RecordedDecision(
-            action=self.action,
-            stop_reason=self.stop_reason,
-            final_status=self.final_status,
-            progress=self.progress.progress,
-            progress_reasons=tuple(self.progress.reasons),
-            fingerprint_changed=self.progress.fingerprint_changed,
-            tests_fixed=tuple(self.progress.tests_fixed),
-            same_error_repeats=self.same_error_repeats,
-            no_progress_streak=self.no_progress_streak,
-            retry_timeout=self.retry_timeout,
-            message=self.message,
-            iteration=self.iteration,
-            conditions=tuple(self.conditions),
-            keys=_DECISION_KEYS,
-        )
+def progress_signal(progress: bool, reasons: tuple[str, ...], fingerprint_changed: bool,
+                    tests_fixed: tuple[str, ...] = ()) -> Decision:
+    """The progress signal of one iteration over the previous one: a decision not yet taken.
+    ``reasons``: tests_fixed | fingerprint_changed | diff_changed, or why it was not judged."""
+    return Decision(progress=progress, progress_reasons=reasons, fingerprint_changed=fingerprint_changed,
+                    tests_fixed=tests_fixed)
 
 
-_DECISION_KEYS = tuple(f.key for f in fields_of(RecordedDecision))
+def decision(action: str, stop_reason: Optional[str], final_status: Optional[str], progress: Decision,
+             same_error_repeats: int, no_progress_streak: int, retry_timeout: bool, message: str,
+             iteration: int = 0, conditions: tuple[str, ...] = ()) -> Decision:
+    """What to do after the latest observation, and why, with its ``progress`` signal."""
+    return Decision(
+        action=action, stop_reason=stop_reason, final_status=final_status, progress=progress.progress,
+        progress_reasons=progress.progress_reasons, fingerprint_changed=progress.fingerprint_changed,
+        tests_fixed=progress.tests_fixed, same_error_repeats=same_error_repeats,
+        no_progress_streak=no_progress_streak, retry_timeout=retry_timeout, message=message,
+        iteration=iteration, conditions=conditions, keys=DECISION_KEYS,
+    )
+
+
+def open_stop(reason: str, message: str, iteration: int) -> Decision:
+    """A stop decided before any run was compared, which leaves the incident open."""
+    return decision(ACTION_STOP, reason, None, progress_signal(False, (BASELINE,), False), 0, 0, False, message,
+                    iteration, (reason,))
 
 
 def is_success(observation: Observation) -> bool:
@@ -293,17 +266,17 @@ def flaky_change(prev: Observation, cur: Observation) -> bool:
     return was != now or any(cur.outcomes.get(n) != o for n, o in prev.outcomes.items() if n in cur.outcomes)
 
 
-def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
+def progress_between(prev: Optional[Observation], cur: Observation) -> Decision:
     """The progress of ``cur`` over ``prev``: a test fixed, a new fingerprint (a different,
     downstream error), or the code changed. An iteration without new evidence is none."""
     if is_timeout(cur):
-        return Progress(False, ("timeout",), False, ())
+        return progress_signal(False, ("timeout",), False)
     if is_no_fix(cur):
-        return Progress(False, (cur.repair_result or REPAIR_NO_FIX_FOUND,), False, ())
+        return progress_signal(False, (cur.repair_result or REPAIR_NO_FIX_FOUND,), False)
     if prev is None:
         # Nothing before it was evidence (the capture's failures were all timeouts): what
         # this run shows is new, and there is nothing to call progress against.
-        return Progress(False, (FIRST_EVIDENCE,), True, ())
+        return progress_signal(False, (FIRST_EVIDENCE,), True)
     was_failing = FAILING_OUTCOMES + (OUTCOME_MISSING,)
     fixed = tuple(
         nodeid
@@ -313,11 +286,11 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
     prev_set = prev.fingerprint_set
     changed = failure_changed(prev, cur)
     if not fixed and message_unstable(prev, cur):
-        return Progress(False, (MESSAGE_UNSTABLE,), changed, ())
+        return progress_signal(False, (MESSAGE_UNSTABLE,), changed)
     if flaky_change(prev, cur):
         # Nothing was changed, so nothing was fixed: a pass here is a flaky test's; a failing
         # test that only ran to no verdict is neither fixed nor flaky.
-        return Progress(False, (NOT_VERIFIED if _only_no_verdict(prev, cur, fixed) else FLAKY,), changed, ())
+        return progress_signal(False, (NOT_VERIFIED if _only_no_verdict(prev, cur, fixed) else FLAKY,), changed)
     new_error = any(fp not in prev_set for fp in cur.fingerprints)
     reasons: list[str] = []
     if fixed:
@@ -326,7 +299,7 @@ def progress_between(prev: Optional[Observation], cur: Observation) -> Progress:
         reasons.append(PROGRESS_FINGERPRINT_CHANGED)
     if _code_changed(prev, cur):
         reasons.append(PROGRESS_DIFF_CHANGED)
-    return Progress(bool(reasons), tuple(reasons), changed, fixed)
+    return progress_signal(bool(reasons), tuple(reasons), changed, fixed)
 
 
 def _only_no_verdict(prev: Observation, cur: Observation, fixed: Sequence[str]) -> bool:

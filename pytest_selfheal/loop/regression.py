@@ -14,7 +14,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +27,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.verify import VerificationRun, read_cases
+from pytest_selfheal.loop.verify import Verifier, read_cases
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
@@ -51,7 +51,6 @@ _DYNAMIC_CALLS = frozenset({"import_module", "__import__"})
 _DOTTED_WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _STRING_SCAN = 4096
 
-Runner = Callable[..., VerificationRun]  # loop.driver.Verifier's signature
 BASE_ARGV: tuple[str, ...] = ("python", "-m", "pytest", "-q")
 # The index of the check's selection file (store.selection_file), after any plan command's.
 REGRESSION_SELECTION = 99
@@ -427,7 +426,7 @@ def check_regressions(
     mode: str,
     incident: Incident,
     tree: Path,
-    runner: Runner,
+    runner: Verifier,
     base_argv: Sequence[str],
     trusted: Sequence[str],
     whole_command: Sequence[str],
@@ -579,7 +578,7 @@ def check_incident(
     *,
     effective: EffectiveConfig,
     tree: Path,
-    runner: Runner,
+    runner: Verifier,
     outcomes: Mapping[str, str],
     failed: bool = False,
     captured_tree: Optional[Path] = None,

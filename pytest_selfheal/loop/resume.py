@@ -11,7 +11,7 @@ from typing import Any, Optional
 from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
-from pytest_selfheal.records.attempt import Attempt, RecordedDecision
+from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Failure, Incident
@@ -120,22 +120,20 @@ def run_started(attempts: Sequence[Attempt], reopened: Optional[int] = None) -> 
     return parse_stamp(run[0].started_at) if run else None
 
 
-def _decision_from_record(data: RecordedDecision) -> policy.Decision:
+def _decision_from_record(data: Decision) -> Decision:
+    """A recorded decision, its missing keys filled in as the policy would have written them."""
     reason = data.stop_reason
-    progress = policy.Progress(
-        bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed
-    )
-    return policy.Decision(
-        action=data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
-        stop_reason=reason,
-        final_status=data.final_status if data.final_status is not None else policy.final_status_of(reason),
-        progress=progress,
-        same_error_repeats=data.same_error_repeats,
-        no_progress_streak=data.no_progress_streak,
-        retry_timeout=bool(data.retry_timeout),
-        message=data.message or f"Stopped: {reason}.",
-        iteration=data.iteration,
-        conditions=data.conditions or ((reason,) if reason else ()),
+    return policy.decision(
+        data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
+        reason,
+        data.final_status if data.final_status is not None else policy.final_status_of(reason),
+        policy.progress_signal(bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed),
+        data.same_error_repeats,
+        data.no_progress_streak,
+        bool(data.retry_timeout),
+        data.message or f"Stopped: {reason}.",
+        data.iteration,
+        data.conditions or ((reason,) if reason else ()),
     )
 
 
@@ -145,18 +143,18 @@ def pending_stop(
     status: str,
     replanned_at: Optional[int] = None,
     reopened: Optional[int] = None,
-) -> Optional[policy.Decision]:
+) -> Optional[Decision]:
     """A recorded stop whose close-out has not completed, or None. The most recent record
     wins (``run_result.json`` of the latest attempt, else that attempt). A replan is complete
     once back to ``planned``, or regenerated (``replanned_at``) with the status moved on."""
     last = attempts[-1].iteration if attempts else 0
     if policy.stop_is_history(reopened, last, status):
         return None  # the stop before `selfheal reopen`: the new loop run has not stopped yet
-    source: Optional[RecordedDecision] = None
+    source: Optional[Decision] = None
     if run_result is not None and run_result.iteration == last and run_result.stop_reason:
-        source = run_result.decision or RecordedDecision(stop_reason=run_result.stop_reason)
+        source = run_result.decision or Decision(stop_reason=run_result.stop_reason)
     elif attempts and attempts[-1].result == policy.ACTION_STOP:
-        source = attempts[-1].decision or RecordedDecision(stop_reason=attempts[-1].stop_reason)
+        source = attempts[-1].decision or Decision(stop_reason=attempts[-1].stop_reason)
     if source is None or not source.stop_reason:
         return None
     decision = _decision_from_record(source)

@@ -30,12 +30,11 @@ from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import (
     BASE_ARGV,
     REGRESSION_SELECTION,
-    Runner,
     captured_code,
     project_files,
     read_context,
 )
-from pytest_selfheal.loop.verify import observe, run_selection, trusted_options
+from pytest_selfheal.loop.verify import Verifier, observe, run_selection, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
@@ -143,7 +142,7 @@ def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], 
 
 
 def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig, *,
-                             runner: Runner = run_selection) -> dict[str, str]:
+                             runner: Verifier = run_selection) -> dict[str, str]:
     """The incident's failing tests (with their outcome) that do not fail on the captured code
     under what is in ``root`` now: a new seal would accept a cheat, as no capture would.
     ``RefusedError`` when the captured code cannot be rebuilt."""

@@ -21,7 +21,7 @@ from pytest_selfheal.loop.resume import (
     split_runs,
     verification_event,
 )
-from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
@@ -132,7 +132,7 @@ class LoopRun:
     def observations(self) -> list[policy.Observation]:
         return observations_of(self.incident, self.attempts, capture_hash=self.capture_hash)
 
-    def pending(self) -> Optional[policy.Decision]:
+    def pending(self) -> Optional[Decision]:
         replanned_at = self.plan.replanned_at_iteration if self.plan is not None else None
         return pending_stop(self.attempts, self.run_result, self.status, replanned_at,
                             policy.stop_history_after(self.incident))

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol
 
 from pytest_selfheal import process
 from pytest_selfheal.analysis.analyse import analyse_case, failures_from_cases
@@ -199,6 +199,23 @@ def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
         return list(argv)
     fsio.atomic_write_json(path, {SELECTION_FORMAT: 1, "nodeids": words})
     return [*argv[:start], "-p", SELECTION_PLUGIN, f"{SELECTION_OPTION}={Path(path).resolve()}", *argv[end:]]
+
+
+class Verifier(Protocol):
+    """Runs one verification command with its junit XML at ``junit_path``
+    (:func:`run_selection` in production; all a test needs to fake a run)."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        junit_path: Path,
+        timeout_seconds: Optional[float],
+        env: Optional[Mapping[str, str]] = None,
+        invocation_dir: Optional[Path] = None,
+        selection_file: Optional[Path] = None,
+    ) -> VerificationRun: ...
 
 
 def run_selection(

@@ -1,4 +1,4 @@
-"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``RecordedDecision``
+"""``attempt_XX.json`` as a record: ``Attempt`` with its ``RepairBlock`` and ``Decision``
 (the loop's whole decision, which ``run_result.json`` carries too) (docs/store.md). Pure.
 """
 
@@ -25,8 +25,9 @@ from pytest_selfheal.records.vocab import OUTCOMES, StopReason
 
 
 @dataclass(frozen=True)
-class RecordedDecision(JsonRecord):
-    """The loop's decision after one observation, as recorded (every key optional)."""
+class Decision(JsonRecord):
+    """What the loop policy decided after the latest observation, and why; recorded as is
+    (every key optional when read)."""
 
     KIND: ClassVar[str] = "decision"
 
@@ -34,15 +35,19 @@ class RecordedDecision(JsonRecord):
     stop_reason: Optional[str] = None
     final_status: Optional[str] = None  # resolved | escalated | replan_requested; None = left open
     progress: Optional[bool] = None
-    progress_reasons: tuple[str, ...] = ()
-    fingerprint_changed: Optional[bool] = None
-    tests_fixed: tuple[str, ...] = ()
-    same_error_repeats: int = 0
-    no_progress_streak: int = 0
-    retry_timeout: Optional[bool] = None
-    message: str = ""
-    iteration: int = 0
+    progress_reasons: tuple[str, ...] = ()  # tests_fixed | fingerprint_changed | diff_changed, or why not judged
+    fingerprint_changed: Optional[bool] = None  # judged another failure, not a repeat
+    tests_fixed: tuple[str, ...] = ()  # node ids failing (or missing) before and passing now
+    same_error_repeats: int = 0  # consecutive sightings (capture included) of the current fingerprint set
+    no_progress_streak: int = 0  # consecutive no-progress iterations (the capture counts as one)
+    retry_timeout: Optional[bool] = None  # this iteration timed out and its one retry is still allowed
+    message: str = ""  # one human sentence explaining the decision
+    iteration: int = 0  # verification iterations so far (the capture is 0)
     conditions: tuple[str, ...] = ()  # every stop condition that held, in precedence order
+
+    @property
+    def stopped(self) -> bool:
+        return self.action == "stop"
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ class Attempt(JsonRecord):
     repair: Optional[RepairBlock] = None
     scope_denied: Optional[bool] = None
     same_error_repeats: Optional[int] = None
-    decision: Optional[RecordedDecision] = None
+    decision: Optional[Decision] = None
     # Test files the verified code differs in from the user's (repair) or the capture's
     # (agent mode) state: a pass with them is `tests_edited`, never `success`.
     tests_edited: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Optional
 
-from pytest_selfheal.records.attempt import RecordedDecision
+from pytest_selfheal.records.attempt import Decision
 from pytest_selfheal.records.jsondoc import (
     FingerprintsEntry,
     JsonKey,
@@ -122,7 +122,7 @@ class RunResult(JsonRecord):
     fingerprints_per_iteration: Annotated[tuple[FingerprintsEntry, ...], fingerprints_per_iteration] = ()
     decision_point: Optional[DecisionPoint] = None
     handoff: Optional[Handoff] = None
-    decision: Optional[RecordedDecision] = None
+    decision: Optional[Decision] = None
     effective_config: Mapping[str, Any] = field(default_factory=empty_map)  # ralf_lite values, secrets redacted
     effective_config_origins: Mapping[str, str] = field(default_factory=empty_map)  # {dotted key: file or flag}
     repair: Optional[RunRepair] = None
