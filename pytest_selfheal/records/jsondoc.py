@@ -535,14 +535,14 @@ class LenientRecord:
         return cls._build(values, doc)
 
     @classmethod
-    def from_json(cls: type[L], doc: Mapping[str, Any]) -> L:
+    def from_json(cls: type[L], doc: FrozenObject) -> L:
         """The record of ``doc``, read leniently: each value as its field's parser reads it, else
         :func:`lenient`; a required key missing reads as its type's empty value."""
         fields = _shape(cls).fields
         return cls._build({f.name: lenient(f, doc.get(f.key)) for f in fields if f.key in doc or f.required}, doc)
 
     @classmethod
-    def _build(cls: type[L], values: dict[str, Any], doc: Mapping[str, Any]) -> L:
+    def _build(cls: type[L], values: JsonObject, doc: FrozenObject) -> L:
         known = {*_shape(cls).known, *cls.WRITTEN}
         extra = {key: value for key, value in doc.items() if key not in known}
         return cls(**values, extra=freeze(extra) if extra else empty_map())

@@ -18,6 +18,7 @@ from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.records.jsondoc import (
     REQUIRED,
     FieldError,
+    FrozenObject,
     LenientRecord,
     empty_map,
     fields_of,
@@ -164,7 +165,7 @@ class ReportIncident(LenientRecord):
     same_error_repeats: Any = None
     runtime_minutes: Optional[float] = None
     archived_to: Optional[str] = None
-    run_config: Optional[Mapping[str, Any]] = None
+    run_config: Optional[FrozenObject] = None
     tasks: tuple[ReportTask, ...]
     iterations: tuple[ReportIteration, ...]
     fingerprints_per_iteration: tuple[tuple[str, ...], ...]
@@ -175,13 +176,13 @@ class ReportIncident(LenientRecord):
     new_failures: tuple[NewFailure, ...] = ()
     triage: tuple[TriageEntry, ...] = ()
     decision_point: Optional[DecisionPoint] = None
-    handoff: Mapping[str, Any] = field(default_factory=empty_map)
-    repair: Optional[Mapping[str, Any]] = None  # what the repair did (None: no provider ran)
+    handoff: FrozenObject = field(default_factory=empty_map)
+    repair: Optional[FrozenObject] = None  # what the repair did (None: no provider ran)
     # The last regression check: {"tests_run": N, "broken": [node ids]} (None: none ran).
-    regression_check: Optional[Mapping[str, Any]] = None
+    regression_check: Optional[FrozenObject] = None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ReportIncident:
+    def from_json(cls, doc: FrozenObject) -> ReportIncident:
         entry = super().from_json(doc)
         point = doc.get("decision_point")
         if entry.decision_point is None and isinstance(point, Mapping):
@@ -220,7 +221,7 @@ class ConfigDifference(LenientRecord):
 
     shard: str
     keys: tuple[str, ...]
-    values: Mapping[str, Any]  # {dotted key: the shard's value}, JSON
+    values: FrozenObject  # {dotted key: the shard's value}, JSON
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ class Report(LenientRecord):
     WRITTEN: ClassVar[tuple[str, ...]] = ("schema_version", "title")
 
     enabled: bool
-    effective_config: Mapping[str, Any]
+    effective_config: FrozenObject
     origins: Mapping[str, str]
     incidents: tuple[ReportIncident, ...]
     auto_tasks_looped: int  # plan actions with at least one attempt
@@ -240,7 +241,7 @@ class Report(LenientRecord):
     final_status: Optional[str]
     recommended_next_action: str
     deciding_incident: Optional[str] = None
-    triage_summary: Optional[Mapping[str, Any]] = None  # {counts, line}
+    triage_summary: Optional[FrozenObject] = None  # {counts, line}
     config_differences: tuple[ConfigDifference, ...] = ()
     shards: tuple[Shard, ...] = ()
 
@@ -269,7 +270,7 @@ class Report(LenientRecord):
 
 
 # The report as its callers hold it: the records, or its JSON (the ``selfheal ci`` document).
-ReportInput = Union[Report, Mapping[str, Any]]
+ReportInput = Union[Report, FrozenObject]
 
 
 def as_report(report: ReportInput) -> Report:
