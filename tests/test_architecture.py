@@ -39,7 +39,7 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.config.settings", "pytest_selfheal.analysis.rules"),  # a config with rules
     ("pytest_selfheal.config.keys", "pytest_selfheal.analysis.rules"),  # a config with patterns
     ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),  # a run's first redaction
-    ("pytest_selfheal.run.entry", "pytest_selfheal.repair.session"),  # a repair provider runs
+    ("pytest_selfheal.run", "pytest_selfheal.repair.session"),  # a repair provider runs
     ("pytest_selfheal.cli.commands.mcp", "pytest_selfheal.mcp_server.server"),  # the optional MCP SDK
 }
 MAX_LAZY_IMPORTS = 12

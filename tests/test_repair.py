@@ -37,7 +37,7 @@ from pytest_selfheal.repair.approval import Approver, approver_from, is_interact
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
 from pytest_selfheal.repair.provider import RepairSession, command_env, substitute
 from pytest_selfheal.repair.session import repair_loop
-from pytest_selfheal.run.entry import has_repair_provider as provider_configured
+from pytest_selfheal.run import has_repair_provider as provider_configured
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")

@@ -22,7 +22,7 @@ from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.run.pytest_run import describe_pytest_exit
+from pytest_selfheal.run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
 # Stop reasons of ``selfheal ci`` when the loop did not run.
