@@ -34,7 +34,7 @@ from pytest_selfheal.mcp_server.tools import Project, ToolResult
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 
 if TYPE_CHECKING:
-    from pytest_selfheal.repair.apply import ProposedPatch
+    from pytest_selfheal.repair.patches import ProposedPatch
 
 INSTRUCTIONS = """\
 pytest-selfheal: an honest, bounded repair loop for failing pytest runs.

@@ -43,13 +43,10 @@ from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.vocab import StopReason, first_few
 from pytest_selfheal.redact import Redactor
-from pytest_selfheal.repair import scope
-from pytest_selfheal.repair.approval import Approver
-from pytest_selfheal.repair.escape import changes, user_state
+from pytest_selfheal.repair.approval import Approver, allowed_paths, normalise, out_of_scope
 from pytest_selfheal.repair.patches import attempt_patch_name, log_name, prompt_name, write_patch
 from pytest_selfheal.repair.prompt import build_prompt
-from pytest_selfheal.repair.scope import normalise
-from pytest_selfheal.repair.worktree import Worktree
+from pytest_selfheal.repair.worktree import Worktree, changes, user_state
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.root import Store
 
@@ -163,7 +160,7 @@ class RepairSession:
         incident = store.read_incident(incident_id)
         loop_iteration = max(1, len(observations))  # this iteration's number within the run
         remaining = max(0, self.policy.max_iterations - loop_iteration)
-        targets, globs = scope.allowed_paths(plan, self.globs, allow_test_edits=self.allow_test_edits)
+        targets, globs = allowed_paths(plan, self.globs, allow_test_edits=self.allow_test_edits)
         prompt = self.redactor.redact(
             build_prompt(
                 incident=incident,
@@ -394,7 +391,7 @@ class RepairSession:
             self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration, kind="repair",
             diffId=patch_name, patch=patch_name, files_changed=changed,
         )
-        outside = scope.out_of_scope(changed, targets, globs, allow_test_edits=self.allow_test_edits)
+        outside = out_of_scope(changed, targets, globs, allow_test_edits=self.allow_test_edits)
         if outside:
             result = replace(result, out_of_scope=tuple(outside))
             self.store.append_event(

@@ -29,8 +29,7 @@ from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.records.run_result import LoopResult, RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.approval import Approver, approver_from
-from pytest_selfheal.repair.patch_summary import refusal, summarise
-from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, write_patch
+from pytest_selfheal.repair.patches import FINAL_PATCH, apply_command, read_run_bytes, refusal, summarise, write_patch
 from pytest_selfheal.repair.provider import RepairSession
 from pytest_selfheal.repair.worktree import (
     Worktree,

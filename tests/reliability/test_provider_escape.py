@@ -20,7 +20,7 @@ import pytest
 from helpers import capture, cli, make_project, run_env
 
 from pytest_selfheal.errors import EXIT_UNRESOLVED
-from pytest_selfheal.repair.escape import changes, user_state
+from pytest_selfheal.repair.worktree import changes, user_state
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
