@@ -24,8 +24,8 @@ from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
 from pytest_selfheal.history.records import COMMIT_SHA, plausible_ref_name, plausible_repository
+from pytest_selfheal.history.triage import QuarantineEntry, parse_quarantine
 from pytest_selfheal.store.fsio import project_path
 
 #: Events whose payload carries ``pull_request``.
