@@ -43,8 +43,7 @@ from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
 from pytest_selfheal.history.db import HistoryDB
-from pytest_selfheal.history.segment_dir import write_segment
-from pytest_selfheal.history.segments import encode, segment_name, single_run, tree_path
+from pytest_selfheal.history.segments import encode, segment_name, single_run, tree_path, write_segment
 
 
 def segment_for(number: int, failures: int, prefix: str = "run") -> tuple[hr.RunInfo, list[hr.TestOutcome]]:

@@ -20,6 +20,7 @@ from helpers import SECTIONS_PLUGIN, CliResult, cli, fake_distribution, make_pro
 from test_actions_env import parse_github_output
 
 from pytest_selfheal import process
+from pytest_selfheal import run as pytest_run
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, EXIT_PYTEST, EXIT_UNRESOLVED, EXIT_USAGE, UsageError
 from pytest_selfheal.github import ci, ci_inputs, ci_verdict
@@ -28,8 +29,7 @@ from pytest_selfheal.records.ci import CiVerdict
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.report.data import build_report
-from pytest_selfheal.run import pytest_run
-from pytest_selfheal.run.outcome import exit_code_for
+from pytest_selfheal.run import exit_code_for
 
 PR = 7
 MARKER = marker("default")

@@ -16,7 +16,7 @@ from pytest_selfheal.plan.groups import group_by_root_cause, selected_by
 from pytest_selfheal.plan.markdown import MAX_PLAN_MD_BYTES, render_plan_md
 from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.repair.scope import allowed_paths, out_of_scope
+from pytest_selfheal.repair.approval import allowed_paths, out_of_scope
 
 # Six assertion shapes of one off-by-one.
 SHAPES = (

@@ -17,11 +17,17 @@ from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.event import judge_event
-from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, parse_quarantine, remove_entries
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.sources import read_quarantine
-from pytest_selfheal.history.triage import triage_failure, triage_headline, triage_summary
+from pytest_selfheal.history.sources import judge_event, read_quarantine
+from pytest_selfheal.history.triage import (
+    QuarantineEntry,
+    add_entry,
+    parse_quarantine,
+    remove_entries,
+    triage_failure,
+    triage_headline,
+    triage_summary,
+)
 from pytest_selfheal.records.incident import Failure, Triage
 from pytest_selfheal.report.data import report_triage
 

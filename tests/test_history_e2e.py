@@ -16,7 +16,7 @@ from test_ci import FLAKY_TEST, PR, actions_env, first_visible_line, ours, outpu
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.github.ci_verdict import only_quarantined, unresolved_failures
 from pytest_selfheal.gitrepo import run_git
-from pytest_selfheal.history.quarantine import QuarantineEntry
+from pytest_selfheal.history.triage import QuarantineEntry
 from pytest_selfheal.records.report import Report, ReportIncident
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports" / "triage_pull_request.expected.json"

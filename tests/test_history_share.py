@@ -23,7 +23,6 @@ from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
 from pytest_selfheal.history.db import APPLICATION_ID, MIGRATIONS, HistoryDB
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.segment_dir import local_segments, write_segment
 from pytest_selfheal.history.segments import (
     MAX_OUTCOMES,
     Segment,
@@ -32,8 +31,10 @@ from pytest_selfheal.history.segments import (
     accept,
     decode,
     encode,
+    local_segments,
     segment_name,
     single_run,
+    write_segment,
 )
 
 FAILING_TESTS = {

@@ -37,8 +37,7 @@ from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.plan import GroupKey, PlanAction
 from pytest_selfheal.redact import default_redactor
-from pytest_selfheal.repair.apply import ProposedPatch
-from pytest_selfheal.repair.patch_summary import PatchSummary
+from pytest_selfheal.repair.patches import PatchSummary, ProposedPatch
 
 # 3 failures of one bug collected first, then 520 of another: the big group must come first.
 TWO_GROUPS = {

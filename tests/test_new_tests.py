@@ -26,7 +26,7 @@ from pytest_selfheal.github.new_tests import (
     find_new_tests,
     rerun_options,
 )
-from pytest_selfheal.history.event import RunBase
+from pytest_selfheal.history.sources import RunBase
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_UNCHECKED, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.report import Report
 

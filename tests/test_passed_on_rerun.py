@@ -16,7 +16,7 @@ from test_ci import actions_env, outputs_of
 
 from pytest_selfheal.github.ci_verdict import ci_headline, sanitize_ci_info
 from pytest_selfheal.history.records import FAILED, PASSED_ON_RERUN
-from pytest_selfheal.history.segment_dir import ci_capture_run_id, local_segments, passed_on_rerun_in, this_run_segments
+from pytest_selfheal.history.segments import ci_capture_run_id, local_segments, passed_on_rerun_in, this_run_segments
 from pytest_selfheal.history.triage import triage_headline
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict

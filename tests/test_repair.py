@@ -35,9 +35,8 @@ from pytest_selfheal.repair import session as session_module
 from pytest_selfheal.repair import worktree as W
 from pytest_selfheal.repair.approval import Approver, approver_from, is_interactive
 from pytest_selfheal.repair.patches import read_run_bytes, write_patch
-from pytest_selfheal.repair.provider import RepairSession, command_env, substitute
-from pytest_selfheal.repair.session import repair_loop
-from pytest_selfheal.run.entry import has_repair_provider as provider_configured
+from pytest_selfheal.repair.session import RepairSession, command_env, repair_loop, substitute
+from pytest_selfheal.run import has_repair_provider as provider_configured
 from pytest_selfheal.store.root import Store
 
 hookimpl = pluggy.HookimplMarker("pytest")

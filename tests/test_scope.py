@@ -6,7 +6,7 @@ import pytest
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.plan import Plan
-from pytest_selfheal.repair.scope import (
+from pytest_selfheal.repair.approval import (
     allowed_paths,
     is_test_file,
     normalise,

@@ -18,7 +18,7 @@ from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.gitrepo import diff_hash, init_repo, isolated_git_env, run_git
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.repair import worktree as W
-from pytest_selfheal.repair.carry import carry_ignored
+from pytest_selfheal.repair.worktree import carry_ignored
 
 
 def make_repo(path: Path, files: dict[str, str]) -> git.Repo:

@@ -2,7 +2,7 @@
 settings file (edge; docs/agents.md). The file is the user's: it is written only under the
 project root (or home with ``--user``) and never through a symbolic link (a committed
 ``.claude`` link could reach the user's own settings); every byte of meaning is kept
-(gate/jsontext.py), or nothing is written. The hook runs this ``selfheal`` by its absolute
+(gate/agents.py), or nothing is written. The hook runs this ``selfheal`` by its absolute
 path: the agent's ``PATH`` need not hold the project's environment.
 """
 
@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_selfheal.errors import InputError, RefusedError, SelfhealError, one_line
-from pytest_selfheal.gate import jsontext
-from pytest_selfheal.gate.agents import Agent, Change, hook_argv, merged_settings
+from pytest_selfheal.gate.agents import Agent, Change, dumps, hook_argv, loads, merged_settings
 from pytest_selfheal.store import fsio
 
 HOOK_MARGIN_SECONDS = 30  # the agent's hook timeout over gate.timeout_seconds: the gate answers first
@@ -81,7 +80,7 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
             raise InputError(f"{path}: {exc}") from None
         if text.strip():
             try:
-                existing = jsontext.loads(text.lstrip("\ufeff"))
+                existing = loads(text.lstrip("\ufeff"))
             except InputError as exc:
                 raise InputError(f"{path}: {exc}; left unchanged") from None
     command = command or shlex.join(hook_argv(agent, selfheal_program()))
@@ -92,7 +91,7 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
     if change is not Change.NONE:
         fsio.ensure_dir(path.parent)
         _check_no_link(base, path)  # the folder just made, or one made meanwhile
-        fsio.atomic_write_text(path, jsontext.dumps(merged) + "\n")
+        fsio.atomic_write_text(path, dumps(merged) + "\n")
     return Installed(path, change, command)
 
 

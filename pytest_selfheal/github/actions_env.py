@@ -11,8 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from pytest_selfheal.history.event import PULL_REQUEST_EVENTS
-from pytest_selfheal.history.sources import read_actions_event
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, read_actions_event
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
 

@@ -58,15 +58,14 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.segment_dir import (
+from pytest_selfheal.history.segments import (
     ci_capture_run_id,
     local_segments,
     passed_on_rerun_in,
     this_run_segments,
 )
-from pytest_selfheal.history.sources import quarantine_in_force, run_base
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase, quarantine_in_force, run_base
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
@@ -77,9 +76,15 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.repair.patches import read_run_bytes
 from pytest_selfheal.report.data import build_report
 from pytest_selfheal.report.load import incident_run_of, read_report
-from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.outcome import exit_code_for
-from pytest_selfheal.run.pytest_run import CANNOT_START, Snapshot, describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.run import (
+    CANNOT_START,
+    Snapshot,
+    describe_pytest_exit,
+    exit_code_for,
+    pytest_argv,
+    run_incident_loop,
+    snapshot,
+)
 from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store

@@ -12,9 +12,8 @@ from typing import Any, Optional
 import pluggy
 
 from pytest_selfheal.analysis.testfiles import tests_first
-from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
 from pytest_selfheal.history.records import COMMIT_SHA
-from pytest_selfheal.history.triage import rerun_count
+from pytest_selfheal.history.triage import QuarantineEntry, matching_entry, rerun_count
 from pytest_selfheal.plan.markdown import fence
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_STABLE, NEW_UNCHECKED, CiVerdict, NewTestResult, NewTestsCheck
 from pytest_selfheal.records.models import FAILING_OUTCOMES
@@ -22,7 +21,7 @@ from pytest_selfheal.records.report import Report
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.report.render import code, render_headline, text
 from pytest_selfheal.report.sections import report_markdown
-from pytest_selfheal.run.pytest_run import describe_pytest_exit
+from pytest_selfheal.run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
 # Stop reasons of ``selfheal ci`` when the loop did not run.

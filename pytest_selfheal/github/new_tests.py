@@ -26,7 +26,7 @@ from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.gitrepo import GitFailed, base_checkout, changed_lines, has_commit
-from pytest_selfheal.history.event import PULL_REQUEST_EVENTS, RunBase
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import SAFE_VALUED

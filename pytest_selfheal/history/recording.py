@@ -19,12 +19,9 @@ from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.event import head_repository
-from pytest_selfheal.history.quarantine import matching_entry
-from pytest_selfheal.history.segment_dir import segments_dir, write_segment
-from pytest_selfheal.history.segments import single_run
-from pytest_selfheal.history.sources import actions_event, quarantine_in_force, run_base
-from pytest_selfheal.history.triage import triage_failure
+from pytest_selfheal.history.segments import segments_dir, single_run, write_segment
+from pytest_selfheal.history.sources import actions_event, head_repository, quarantine_in_force, run_base
+from pytest_selfheal.history.triage import matching_entry, triage_failure
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.store.events import format_ts

@@ -6,7 +6,7 @@ content-addressed files, so two writers never conflict: a push that loses the ra
 again, adds its segments on top and pushes again; a run seen twice counts once (``run_key``).
 
 Only git and the remote's own credentials, no shell, no user hook. Only merged code writes
-(``history/event.py``). Every segment read, shared or local, is untrusted input: named by the
+(``history/sources.py``). Every segment read, shared or local, is untrusted input: named by the
 hash of its bytes, within bounds, plausible (``segments.accept``); a blob over the bound is
 never read.
 """
@@ -28,7 +28,6 @@ from typing import NamedTuple, Optional, TypeVar
 from pytest_selfheal.errors import EXIT_IO, RefusedError, SelfhealError, one_line
 from pytest_selfheal.gitrepo import TOOL_EMAIL, TOOL_NAME, GitFailed, run_git
 from pytest_selfheal.history.db import HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.segment_dir import local_segments, read_segment_files
 from pytest_selfheal.history.segments import (
     MAX_SEGMENT_BYTES,
     REPLACED_DIR,
@@ -37,7 +36,9 @@ from pytest_selfheal.history.segments import (
     accept,
     compact,
     encode,
+    local_segments,
     name_of_path,
+    read_segment_files,
     replaced_path,
     segment_name,
     tree_path,
@@ -150,7 +151,7 @@ def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterat
 
 def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) -> None:
     """Only runs of merged code write the shared history (a push to the default branch, a
-    schedule, a manual run there: ``history/event.py``) — or a person, outside Actions. A pull
+    schedule, a manual run there: ``history/sources.py``) — or a person, outside Actions. A pull
     request, the merge queue, a push to another branch and every other event read it only."""
     base = run_base(env, project_root)
     if not base.shares:

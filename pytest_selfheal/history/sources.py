@@ -1,8 +1,16 @@
-"""Where the history's inputs come from (edge): the quarantine file and the run's context.
+"""Where the history's inputs come from (edge: the environment, git, files): the CI event's
+judgement, the quarantine file and the run's context.
 
-For an event that tests code not merged yet the quarantine list is read from the base
-revision through git (``history/event.py``: a pull request cannot quarantine its own
-failure); for merged code and outside Actions from the working tree.
+Every Actions event is judged once, by what the code being tested can reach: an event that
+tests code not merged yet reads its quarantine list at a *base revision* the tested code
+cannot change (``pull_request.base.sha``, ``merge_group.base_sha``, else the default
+branch's tip as the checkout fetched it), counts a failure as known only when it was seen on
+the base repository's own branch, and never writes the shared history. Where no base
+revision can be found, the run fails closed: no quarantine list applies, and it says so.
+
+Merged code is a ``schedule``, or a push or manual run on the default branch, which comes
+from the event payload, never from the repository's config the tested code may have changed.
+Outside Actions nothing is judged: a run on a developer's machine reads its own working tree.
 """
 
 from __future__ import annotations
@@ -10,14 +18,146 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.history.event import RunBase, judge_event
-from pytest_selfheal.history.quarantine import QuarantineEntry, parse_quarantine
+from pytest_selfheal.history.records import COMMIT_SHA, plausible_ref_name, plausible_repository
+from pytest_selfheal.history.triage import QuarantineEntry, parse_quarantine
 from pytest_selfheal.store.fsio import project_path
+
+#: Events whose payload carries ``pull_request``.
+PULL_REQUEST_EVENTS = frozenset(
+    {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
+)
+#: Events that test merged code when they run on the default branch (``schedule`` always does).
+MERGED_ON_DEFAULT = ("push", "workflow_dispatch")
+SCHEDULE = "schedule"
+MERGE_GROUP = "merge_group"
+DEFAULT_REMOTE = "origin"
+
+_HEADS = "refs/heads/"
+
+
+def _get(mapping: object, *keys: str) -> object:
+    for key in keys:
+        mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
+    return mapping
+
+
+def _text(value: object) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def _sha(value: object) -> Optional[str]:
+    return value if isinstance(value, str) and COMMIT_SHA.match(value) else None
+
+
+def _repository(value: object) -> Optional[str]:
+    return value if isinstance(value, str) and plausible_repository(value) else None
+
+
+def _branch(ref: Optional[str]) -> Optional[str]:
+    """``main`` of ``refs/heads/main`` (or of ``main``); None for a tag or anything implausible."""
+    if ref is None:
+        return None
+    name = ref[len(_HEADS):] if ref.startswith(_HEADS) else ref
+    return name if not name.startswith("refs/") and plausible_ref_name(name) else None
+
+
+@dataclass(frozen=True)
+class RunBase:
+    """The judgement of one run's event: what its quarantine list and "known" triage are read
+    against, which repository its runs are recorded for, and whether it may share history."""
+
+    #: ``GITHUB_EVENT_NAME`` (None outside Actions).
+    event: Optional[str] = None
+    #: The code under test is not merged yet (only ever True in Actions).
+    unmerged: bool = False
+    #: Where the quarantine list is read (None: the working tree, or nowhere when ``problem``).
+    revision: Optional[str] = None
+    #: The branch whose failures count as known (``known on <branch>``).
+    branch: str = "main"
+    #: The repository whose branch that is (None outside Actions: the branch alone decides).
+    repository: Optional[str] = None
+    #: The repository (owner/name) whose branch this run's code is on: a fork's for a fork's PR.
+    head_repository: Optional[str] = None
+    #: Unmerged, and no base revision found: the one line saying the quarantine is not applied.
+    problem: Optional[str] = None
+
+    @property
+    def shares(self) -> bool:
+        """True when the run may write the shared history: merged code, or a run by hand."""
+        return not self.unmerged
+
+
+def _default_tip(project_root: Path, branch: str) -> Optional[str]:
+    """The commit the checkout fetched for the default branch, or None."""
+    try:
+        out = run_git(project_root, ["rev-parse", "--verify", "--quiet",
+                                     f"refs/remotes/{DEFAULT_REMOTE}/{branch}^{{commit}}"],
+                      env={"GIT_NO_REPLACE_OBJECTS": "1"})
+    except GitFailed:
+        return None
+    return _sha(out.decode("ascii", "replace").strip())
+
+
+def head_repository(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
+    """The repository (owner/name) whose branch the tested code is on: a pull request's head
+    repository (a fork's), else ``GITHUB_REPOSITORY``; None outside Actions or when unknown."""
+    name = env.get("GITHUB_EVENT_NAME") or None
+    if name is None or env.get("GITHUB_ACTIONS") != "true":
+        return None
+    if name in PULL_REQUEST_EVENTS:
+        return _repository(_get(event, "pull_request", "head", "repo", "full_name"))
+    return _repository(env.get("GITHUB_REPOSITORY"))
+
+
+def judge_event(env: Mapping[str, str], event: Mapping[str, object], project_root: Path,
+                configured_branch: str = "main") -> RunBase:
+    """The :class:`RunBase` of the run described by ``env`` (the Actions variables) and
+    ``event`` (its payload, read before any test ran). ``configured_branch``:
+    ``history.base_branch``, the branch "known" refers to where the event names none."""
+    name = env.get("GITHUB_EVENT_NAME") or None
+    if name is None or env.get("GITHUB_ACTIONS") != "true":
+        return RunBase(branch=configured_branch)
+    repository = _repository(env.get("GITHUB_REPOSITORY"))
+    default = _branch(_text(_get(event, "repository", "default_branch")))
+    ref = _text(env.get("GITHUB_REF")) or _text(_get(event, "ref"))
+    if name in PULL_REQUEST_EVENTS:
+        pull = _get(event, "pull_request")
+        base_branch = _branch(_text(_get(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
+        return _unmerged(
+            name, _sha(_get(pull, "base", "sha")), base_branch or configured_branch,
+            _repository(_get(pull, "base", "repo", "full_name")) or repository,
+            head_repository(env, event), "pull_request.base.sha")
+    if name == MERGE_GROUP:
+        group = _get(event, "merge_group")
+        return _unmerged(name, _sha(_get(group, "base_sha")), _branch(_text(_get(group, "base_ref"))) or configured_branch,
+                         repository, repository, "merge_group.base_sha")
+    on_default = default is not None and _branch(ref) == default
+    if name == SCHEDULE or (name in MERGED_ON_DEFAULT and on_default):
+        return RunBase(event=name, branch=configured_branch, repository=repository, head_repository=repository)
+    if default is None:
+        return RunBase(event=name, unmerged=True, branch=configured_branch, repository=repository,
+                       head_repository=repository,
+                       problem=_fail_closed(name, "its payload names no default branch"))
+    return _unmerged(name, _default_tip(project_root, default), default, repository, repository,
+                     f"refs/remotes/{DEFAULT_REMOTE}/{default} (fetch the default branch)")
+
+
+def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optional[str],
+              head_repository: Optional[str], where: str) -> RunBase:
+    problem = None if revision is not None else _fail_closed(name, f"no base revision was found ({where})")
+    return RunBase(event=name, unmerged=True, revision=revision, branch=branch, repository=repository,
+                   head_repository=head_repository, problem=problem)
+
+
+def _fail_closed(name: str, why: str) -> str:
+    return f"the {name} event tests code not merged yet and {why}: the quarantine list is not applied"
+
 
 MAX_QUARANTINE_BYTES = 1024 * 1024
 
@@ -113,7 +253,7 @@ def actions_event(env: Mapping[str, str]) -> dict[str, object]:
 
 def run_base(env: Mapping[str, str], project_root: Path, configured_branch: str = "main",
              event: Optional[Mapping[str, object]] = None) -> RunBase:
-    """The judgement of this run's Actions event (:func:`~pytest_selfheal.history.event.judge_event`);
+    """The judgement of this run's Actions event (:func:`judge_event`);
     ``event`` read from ``GITHUB_EVENT_PATH`` when not given."""
     return judge_event(env, event if event is not None else actions_event(env), project_root, configured_branch)
 

@@ -138,7 +138,7 @@ class Observation:
     repair_result: Optional[str] = None  # None (no provider) | diff | no_fix_found | timeout | crashed
     scope_denied: bool = False
     tests_edited: tuple[str, ...] = ()  # test files and data the verified code has edited since the capture
-    provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/escape.py)
+    provider_escaped: bool = False  # the provider changed the user's tree or .git (repair/worktree.py)
     harness_changed: tuple[str, ...] = ()  # what changed in the incident's seal since the capture
     # What the first TOOLING_ENV failure says ("message (test)"): the why of a tooling_env stop.
     environment: Optional[str] = None

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
 
     from pytest_selfheal.mcp_server.tools import Project
-    from pytest_selfheal.repair.apply import ProposedPatch
+    from pytest_selfheal.repair.patches import ProposedPatch
 
 INSTRUCTIONS = """\
 pytest-selfheal: an honest, bounded repair loop for failing pytest runs.

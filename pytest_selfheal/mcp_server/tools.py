@@ -1,12 +1,12 @@
 """The operations ``selfheal mcp`` serves, without the SDK (edge): each a thin call into the
 home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md).
 
-``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.run.pytest_run`, through
+``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.run`, through
 the process runner) and reads what the plugin recorded; ``show`` digests
 :func:`~pytest_selfheal.report.incident_view.incident_view`; ``loop`` calls
-:func:`~pytest_selfheal.run.entry.run_incident_loop` (verify-only); ``report`` renders
+:func:`~pytest_selfheal.run.run_incident_loop` (verify-only); ``report`` renders
 :func:`~pytest_selfheal.report.load.build_from_store` with the hook sections; ``apply`` is
-:mod:`pytest_selfheal.repair.apply`, approved by the server through the client.
+:mod:`pytest_selfheal.repair.patches`, approved by the server through the client.
 Every user-facing failure is a :class:`~pytest_selfheal.errors.SelfhealError` with one line.
 """
 
@@ -56,20 +56,19 @@ from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.redact import Redactor, default_redactor
-from pytest_selfheal.repair.apply import apply_proposed, proposed_patch
+from pytest_selfheal.repair.patches import apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
-from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.pytest_run import describe_pytest_exit, pytest_argv, snapshot
+from pytest_selfheal.run import describe_pytest_exit, pytest_argv, run_incident_loop, snapshot
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.judging import RECORDS_GONE
 from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     from pytest_selfheal.records.incident_view import IncidentView
-    from pytest_selfheal.repair.apply import ProposedPatch
-    from pytest_selfheal.run.pytest_run import Snapshot
+    from pytest_selfheal.repair.patches import ProposedPatch
+    from pytest_selfheal.run import Snapshot
 
 FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified

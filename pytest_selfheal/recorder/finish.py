@@ -29,7 +29,7 @@ from pytest_selfheal.config.seal import Loaded, loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import InputError, SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
-from pytest_selfheal.history.segment_dir import ci_capture_run_id
+from pytest_selfheal.history.segments import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
 from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder

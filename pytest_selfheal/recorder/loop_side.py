@@ -27,7 +27,7 @@ from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redac
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
 from pytest_selfheal.report.load import incident_run_of, load_incident_run
-from pytest_selfheal.run.entry import run_incident_loop
+from pytest_selfheal.run import run_incident_loop
 from pytest_selfheal.store.root import Store, project_store
 
 if TYPE_CHECKING:

@@ -1,14 +1,41 @@
-"""The files of a repair in ``error_runs/<id>/`` (edge: the store; docs/repair.md): the
-attempt's cumulative diff, prompt and provider log, the final patch, and the command that
-applies it. Patches are kept byte for byte, never redacted: they must apply."""
+"""A repair's patches (edge: the store, git; docs/repair.md): their files, what they do, and
+applying the proposed one.
+
+The files of a repair in ``error_runs/<id>/``: the attempt's cumulative diff, prompt and
+provider log, the final patch, and the command that applies it. Patches are kept byte for
+byte, never redacted: they must apply.
+
+What a patch does is read from the whole patch as ``git apply`` reads it, before anyone
+approves it ("What the approval question names"). Refused before the question: a symlink
+whose target leaves the repository (every later open would reach it) and, unless
+``repair.allow_binary``, a binary change (nobody can review it).
+
+Applying an incident's proposed patch (``final.patch``) to the working tree is the one home
+of the step for ``selfheal apply`` and the MCP ``apply`` tool. Approval is the caller's job,
+between :func:`proposed_patch` and :func:`apply_proposed`: nothing here applies a patch on
+its own.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from pytest_selfheal.analysis.frames import is_test_file
+from pytest_selfheal.analysis.testfiles import patch_test_files
+from pytest_selfheal.errors import NotFoundError, RefusedError, printable
+from pytest_selfheal.gitrepo import GitFailed, isolated_git_env, repo_top, run_git
+from pytest_selfheal.loop.argcheck import inside_root
+from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.records.run_result import RunRepair
+from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.repair.worktree import apply_patch, check_patch
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
 FINAL_PATCH = "final.patch"
@@ -59,3 +86,195 @@ def apply_command(store: Store, incident_id: str, cwd: Optional[Path] = None) ->
     if root != here / ".selfheal":
         command += f" --dir {shlex.quote(str(root))}"
     return command
+
+
+SYMLINK_MODE = "120000"
+
+
+@dataclass(frozen=True)
+class PatchSummary:
+    files: tuple[str, ...]  # every path git would write, in patch order, each once
+    notes: tuple[str, ...]  # git's summary: "create mode 100644 x", "rename a => b (90%)", ...
+    binary: tuple[str, ...]  # paths whose change is binary
+    symlinks: tuple[tuple[str, Optional[str]], ...]  # (link, target; None: not found in the patch)
+    # The tests, conftests and fixtures it writes, deletes or moves away (a rename's source too).
+    test_files: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """One line for the approval question: the files, then what is special about them."""
+        parts = [f"{len(self.files)} file(s): {', '.join(self.files)}"]
+        parts.extend(self.notes)
+        parts.extend(f"symlink {link} -> {target if target is not None else '?'}" for link, target in self.symlinks)
+        if self.binary:
+            parts.append(f"binary: {', '.join(self.binary)}")
+        # A file name may hold a line break, an escape sequence or a bidi override that would
+        # redraw or reorder the question on a terminal: shown escaped (``\n``, ``\x1b``, ``\u202e``).
+        return printable("; ".join(parts))
+
+
+def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
+    """``(link, target)`` of every git section that makes a symlink; the target is its added line."""
+    found: list[tuple[str, Optional[str]]] = []
+    link: Optional[str] = None
+    header_path = ""
+    target: Optional[str] = None
+    in_hunk = False
+
+    def close() -> None:
+        if link is not None:
+            found.append((link, target))
+
+    for raw in patch.split(b"\n"):
+        line = raw.decode("utf-8", errors="surrogateescape")
+        if line.startswith("diff --git "):
+            close()
+            link, target, in_hunk = None, None, False
+            header_path = line.rsplit(" b/", 1)[-1] if " b/" in line else line[len("diff --git "):]
+            continue
+        if not in_hunk and line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}"):
+            link = header_path
+        elif not in_hunk and line.startswith("+++ ") and link is not None:
+            name = line[4:].strip()
+            link = name[2:] if name.startswith("b/") else link
+        elif line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and link is not None and target is None and line.startswith("+"):
+            target = line[1:]
+    close()
+    return found
+
+
+def summarise(top: Path, patch: bytes) -> PatchSummary:
+    """The :class:`PatchSummary` of ``patch`` as git reads it against the tree at ``top``;
+    a patch git cannot read is a RefusedError (5), one line."""
+    try:
+        numstat = run_git(top, ["apply", "--numstat", "-z"], stdin=patch)
+        summary = run_git(top, ["apply", "--summary"], stdin=patch).decode("utf-8", errors="replace")
+    except GitFailed as exc:
+        raise RefusedError(f"the patch cannot be read by git apply: {exc.first_line}") from None
+    files: dict[str, None] = {}
+    binary: dict[str, None] = {}
+    for entry in filter(None, numstat.split(b"\0")):
+        added, _, rest = entry.partition(b"\t")
+        path = rest.partition(b"\t")[2].decode("utf-8", errors="replace")
+        if path:
+            files[path] = None
+        if added == b"-":
+            binary[path] = None
+    notes = tuple(line.strip() for line in summary.splitlines() if line.strip())
+    tests = [f for f in files if is_test_file(f)] + patch_test_files(patch.decode("utf-8", errors="replace"))
+    return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)), tuple(dict.fromkeys(tests)))
+
+
+def _target_inside(top: Path, link: str, target: Optional[str]) -> bool:
+    if not target or "\x00" in target:
+        return False
+    joined = target if target.startswith("/") else posixpath.join(posixpath.dirname(link), target)
+    return inside_root(joined, top)
+
+
+def refusal(summary: PatchSummary, top: Path, *, allow_binary: bool) -> Optional[str]:
+    """Why the patch is refused before any question, or None."""
+    outside = [f"{link} -> {target}" for link, target in summary.symlinks if not _target_inside(top, link, target)]
+    if outside:
+        return f"the patch makes a symlink pointing outside the repository ({', '.join(outside)})"
+    if summary.binary and not allow_binary:
+        return (f"the patch changes binary file(s) ({', '.join(summary.binary)}), which cannot be reviewed as a "
+                "diff; set ralf_lite.repair.allow_binary: true to allow it")
+    return None
+
+
+@dataclass(frozen=True)
+class ProposedPatch:
+    """An incident's proposed patch, checked against the working tree it would change."""
+
+    incident_id: str
+    patch: bytes
+    path: Path  # error_runs/ID/final.patch
+    working_tree: Path  # the top of the git repository it applies to
+    summary: PatchSummary  # every file it writes, from the whole patch as git reads it
+    already_applied: bool
+    verified: bool = False  # the loop resolved the incident with it: its tests passed
+    stop_reason: Optional[str] = None  # the loop's stop reason (run_result.json)
+
+    @property
+    def verdict(self) -> str:
+        """Whether the patch was verified, in words: a partial patch says so."""
+        if self.verified:
+            return "verified: the incident's tests passed with it"
+        if self.stop_reason == "tests_edited":
+            return "NOT a verified fix: the incident's tests passed only with test files edited (review them first)"
+        return (f"partial, NOT verified: the loop stopped with {self.stop_reason or 'no verdict'} "
+                "and the incident's tests did not pass with it")
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.summary.files)
+
+    @property
+    def question(self) -> str:
+        """The one question a human answers: everything the patch writes, and whether it was verified."""
+        return (f"Apply {FINAL_PATCH} of {self.incident_id} ({self.summary.text()}) to {self.working_tree}? "
+                f"The patch is {self.verdict}.")
+
+
+def proposed_patch(
+    store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False, allow_test_edits: bool = False
+) -> ProposedPatch:
+    """The proposed patch of ``incident_id``, checked, nothing changed: no patch is a NotFoundError
+    (4); one that does not apply cleanly, a symlink out of the repository, a binary change
+    without ``allow_binary`` or a test edit without ``allow_test_edits`` (approval never covers
+    test edits) a RefusedError (5)."""
+    incident = store.read_incident(incident_id)
+    patch = read_run_bytes(store, incident_id, FINAL_PATCH)
+    where = store.runs_dir(incident_id) / FINAL_PATCH
+    if patch is None or not patch.strip():
+        raise NotFoundError(f"no proposed patch for incident {incident_id} (expected {where})")
+    with isolated_git_env():
+        top = repo_top(verification_root(incident, project_root, store.root))
+        verdict = check_patch(top, patch)
+        summary = summarise(top, patch)
+    refused = refusal(summary, top, allow_binary=allow_binary)
+    if refused:
+        raise RefusedError(f"{FINAL_PATCH} of {incident_id} is refused: {refused}; nothing was changed")
+    tests = summary.test_files
+    if tests and not allow_test_edits and not verdict.already_applied:
+        raise RefusedError(
+            f"{FINAL_PATCH} of {incident_id} is refused: it edits test files ({', '.join(tests)}) and approval never "
+            f"covers test edits; review the test diff (selfheal show {incident_id}), and only if the tests were wrong "
+            f"allow them deliberately: selfheal apply {incident_id} --allow-test-edits (or "
+            "ralf_lite.repair.allow_test_edits: true); nothing was changed"
+        )
+    if not verdict.ok and not verdict.already_applied:
+        raise RefusedError(
+            f"{FINAL_PATCH} of {incident_id} does not apply cleanly to {top} ({verdict.error}); nothing was changed"
+        )
+    result = store.read_run_result(incident_id)
+    verified = result is not None and result.final_status == FinalStatus.RESOLVED
+    return ProposedPatch(incident_id, patch, where, top, summary, verdict.already_applied,
+                         verified, result.stop_reason if result is not None else None)
+
+
+def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
+    """Apply an approved patch (checked again: the tree may have changed while a human was
+    asked) and note it in ``run_result.json``'s ``repair`` block."""
+    with isolated_git_env():
+        apply_patch(proposed.working_tree, proposed.patch)
+    _record_applied(store, proposed.incident_id, proposed.working_tree)
+
+
+def _record_applied(store: Store, incident_id: str, top: Path) -> None:
+    existing = store.read_run_result(incident_id)
+    if existing is None:
+        return
+    block = existing.repair if existing.repair is not None else RunRepair(keys=())
+    read = block.keys or ()
+    repair = dataclasses.replace(
+        block, final_patch=block.final_patch or "final.patch", applied=True, applied_at=format_ts(),
+        applied_to=str(top), apply_command=None, message=f"applied to {top} with `selfheal apply`",
+        keys=(*read, *(key for key in _APPLIED_KEYS if key not in read)),  # every one written, nulls too
+    )
+    store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
+
+
+_APPLIED_KEYS = ("final_patch", "applied", "applied_at", "applied_to", "apply_command", "message")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from pytest_selfheal.history.quarantine import QuarantineEntry, matching_entry
+from pytest_selfheal.history.triage import QuarantineEntry, matching_entry
 from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt

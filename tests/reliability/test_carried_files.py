@@ -19,7 +19,7 @@ from helpers import capture, cli, make_project, run_env
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.repair import worktree as W
-from pytest_selfheal.repair.carry import carry_ignored
+from pytest_selfheal.repair.worktree import carry_ignored
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"

@@ -29,7 +29,7 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.history.quarantine import parse_quarantine
+from pytest_selfheal.history.triage import parse_quarantine
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import junit_case
 from pytest_selfheal.redact import default_redactor

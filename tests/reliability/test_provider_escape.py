@@ -3,7 +3,7 @@
 A repair command found the user's repository with ``git rev-parse --git-common-dir``, edited
 the user's ``calc.py``, wrote a file and installed an executable ``.git/hooks/post-checkout``;
 the loop said ``STOP success``. Now the user's tree, index, HEAD, hooks and config (and the
-incident's own records under the reports root) are fingerprinted around each provider call (``repair/escape.py``): any change stops the loop with
+incident's own records under the reports root) are fingerprinted around each provider call (``repair/worktree.py``): any change stops the loop with
 ``provider_escaped``, names what changed, and nothing of that repair is applied.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from helpers import capture, cli, make_project, run_env
 
 from pytest_selfheal.errors import EXIT_UNRESOLVED
-from pytest_selfheal.repair.escape import changes, user_state
+from pytest_selfheal.repair.worktree import changes, user_state
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"

@@ -24,7 +24,7 @@ from helpers import ROOT_ON_PATH, SPLIT, SPLIT_FIXED, capture, cli, make_project
 
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_UNRESOLVED, RefusedError
 from pytest_selfheal.loop.argcheck import check_arguments
-from pytest_selfheal.repair.patch_summary import summarise
+from pytest_selfheal.repair.patches import summarise
 from pytest_selfheal.store.root import Store
 
 from .conftest import DETERMINISTIC, one_error_line

@@ -24,8 +24,7 @@ from test_ci import PR, actions_env, ours, outputs_of, run_ci
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.gitrepo import run_git
-from pytest_selfheal.history.event import judge_event
-from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.history.sources import judge_event, quarantine_in_force
 
 CALC = "def mul(a, b):\n    return a * b\n"
 BROKEN = "def mul(a, b):\n    return a + b\n"

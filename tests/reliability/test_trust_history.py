@@ -24,15 +24,17 @@ from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
 from pytest_selfheal.history.db import HistoryDB
 from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.segment_dir import local_segments, segments_dir, write_segment
 from pytest_selfheal.history.segments import (
     MAX_SEGMENT_BYTES,
     Segment,
     SegmentRun,
     decode,
     encode,
+    local_segments,
     segment_name,
+    segments_dir,
     tree_path,
+    write_segment,
 )
 
 BUG = "def test_bug():\n    assert 1 + 1 == 3\n"

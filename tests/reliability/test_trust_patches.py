@@ -19,7 +19,7 @@ from pytest_selfheal.errors import EXIT_REFUSED, EXIT_UNRESOLVED
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.repair import approval
-from pytest_selfheal.repair.patch_summary import refusal, summarise
+from pytest_selfheal.repair.patches import refusal, summarise
 from pytest_selfheal.store.root import Store
 
 CALC = "def f():\n    return 1\n"

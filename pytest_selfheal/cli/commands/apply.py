@@ -8,9 +8,8 @@ import sys
 from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, RefusedError
-from pytest_selfheal.repair.apply import apply_proposed, proposed_patch
 from pytest_selfheal.repair.approval import approver_from
-from pytest_selfheal.repair.patches import FINAL_PATCH
+from pytest_selfheal.repair.patches import FINAL_PATCH, apply_proposed, proposed_patch
 
 NAME = "apply"
 HELP = "apply the repair patch proposed for an incident (error_runs/ID/final.patch) to the working tree"

@@ -11,8 +11,7 @@ from pytest_selfheal.config.settings import Override, parse_override
 from pytest_selfheal.hooks import cli_plugin_manager
 from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.names import archive_dir
-from pytest_selfheal.run.entry import run_incident_loop
-from pytest_selfheal.run.outcome import exit_code_for
+from pytest_selfheal.run import exit_code_for, run_incident_loop
 from pytest_selfheal.store.reader import INBOX
 
 NAME = "loop"

@@ -9,8 +9,8 @@ import sys
 from pytest_selfheal.cli.commands._common import print_json, project_root
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
-from pytest_selfheal.history.quarantine import QuarantineEntry, add_entry, remove_entries
 from pytest_selfheal.history.sources import quarantine_path, read_quarantine
+from pytest_selfheal.history.triage import QuarantineEntry, add_entry, remove_entries
 from pytest_selfheal.store import fsio
 
 NAME = "quarantine"

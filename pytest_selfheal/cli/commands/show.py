@@ -23,8 +23,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.vocab import first_few
-from pytest_selfheal.repair.apply import proposed_patch
-from pytest_selfheal.repair.patches import FINAL_PATCH, read_run_bytes
+from pytest_selfheal.repair.patches import FINAL_PATCH, proposed_patch, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
 
