@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple
 from pathlib import Path
@@ -124,9 +125,15 @@ class HistoryDB:
     def _prepare(self, create: bool) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._db.execute("PRAGMA foreign_keys = ON")
-        app_id = int(self._db.execute("PRAGMA application_id").fetchone()[0])
-        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        # One read transaction: another process creating the schema commits its tables and
+        # its application id together, and separate reads could see one without the other.
+        self._db.execute("BEGIN")
+        try:
+            app_id = int(self._db.execute("PRAGMA application_id").fetchone()[0])
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            self._db.execute("COMMIT")
         if app_id != APPLICATION_ID and (app_id != 0 or tables):
             raise _unavailable(self.path, "another application's SQLite file")
         if version > SCHEMA_VERSION:
@@ -137,7 +144,17 @@ class HistoryDB:
         # runs, which the history can afford (the incident files hold what the loop needs).
         # Set before migrating: a new database's schema steps then commit to the WAL unsynced
         # (half the syncs of creating one).
-        self._db.execute("PRAGMA journal_mode = WAL")
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        # SQLite answers "locked" at once, not after the busy timeout, while another process
+        # creating the file holds it to set the same mode.
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         self._db.execute("PRAGMA synchronous = NORMAL")
         if version < SCHEMA_VERSION:
             self._migrate(version)
