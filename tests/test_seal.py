@@ -20,7 +20,17 @@ from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_s
 
 from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
-from pytest_selfheal.config.seal import Hasher, Loaded, context_reads, harness_changes, replaced_code, reseal, take_seal
+from pytest_selfheal.config.seal import (
+    Hasher,
+    Loaded,
+    added_reads,
+    code_record,
+    context_reads,
+    harness_changes,
+    replaced_code,
+    reseal,
+    take_seal,
+)
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.seal_check import passing_without_the_code
 from pytest_selfheal.process import fresh_bytecode
@@ -332,6 +342,19 @@ def test_the_captures_context_is_a_judging_record(tmp_path: Path) -> None:
     ("pyc = importlib.util.cache_from_source('x.py')", True),
     ("started = open('/proc/self/environ', 'rb').read()", True),
     ("parent = os.getppid()", True),
+    ("caller = exc.__traceback__.tb_frame.f_back", True),
+    ("caller = sys.exc_info()[2].tb_frame", True),
+    ("suspended = gen.gi_frame", True),
+    ("outer = frame.f_back.f_locals", True),
+    ("frames = sys._current_frames()", True),
+    ("threading.settrace(watch)", True),
+    ("sys.setprofile(watch)", True),
+    ("holders = gc.get_referrers(add)", True),
+    ("objects = gc.get_objects()", True),
+    ("for frame, _ in traceback.walk_tb(exc.__traceback__): pass", True),
+    ("rows = inspect.getinnerframes(tb)", True),
+    ("raise ValueError(name).with_traceback(exc.__traceback__)", False),
+    ("lines = traceback.format_exception(exc)", False),
     ("hit = self.cached", False),
     ("total = sum(self.modules)", False),
     ("path = os.path.join(a, b)", False),
@@ -342,6 +365,7 @@ def test_the_captures_context_is_a_judging_record(tmp_path: Path) -> None:
 def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, reads: bool) -> None:
     source = f'"""A module about pytest."""\n\n\ndef f(a, b, self=None):\n    {line}\n'.encode()
     assert context_reads(source) == (((5, line),) if reads else ())
+    assert not added_reads(code_record(source), context_reads(source))  # the record holds each read it finds
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -364,6 +388,17 @@ def test_library_code_that_asks_whether_it_runs_under_pytest_is_harness_changed(
     out = suite.runpytest("--selfheal").stdout.str()
     assert ("-> STOP harness_changed (calc.py:5 reads the process context: "
             "'return a + b if \"pytest\" in sys.modules else a - b' changed since the capture)") in out, out
+    assert "STOP success" not in out
+
+
+def test_library_code_that_reads_its_callers_frame_through_a_traceback_is_harness_changed(
+        suite: pytest.Pytester) -> None:
+    suite.makepyfile(calc="def add(a, b):\n    try:\n        raise RuntimeError\n    except RuntimeError as exc:\n"
+                          "        caller = exc.__traceback__.tb_frame.f_back\n"
+                          "    return a + b if caller.f_code.co_name.startswith('test') else a - b\n")
+    out = suite.runpytest("--selfheal").stdout.str()
+    assert ("-> STOP harness_changed (calc.py:5 reads the process context: "
+            "'caller = exc.__traceback__.tb_frame.f_back' changed since the capture)") in out, out
     assert "STOP success" not in out
 
 

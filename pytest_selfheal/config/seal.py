@@ -55,18 +55,24 @@ _INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 # The process context code can read to tell a test run (or a verification) from a real one.
 # Where its own code was loaded from (``__file__``, ``__cached__``: a verification's fresh
 # bytecode cache), its parent process and ``/proc`` (the environment it started with) too.
-_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "_getframe", "orig_argv",
-                               "cache_from_source", "getppid"})
+# The call stack by every road to a frame: a traceback's, a generator's or coroutine's frame,
+# a frame's caller, a tracer's or profiler's callback, the garbage collector's object graph.
+_FRAME_ROADS = frozenset({"_getframe", "_current_frames", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back",
+                          "settrace", "setprofile", "get_referrers", "get_referents", "get_objects"})
+_CONTEXT_ANYWHERE = frozenset({"environ", "environb", "getenv", "getenvb", "orig_argv", "cache_from_source",
+                               "getppid", *_FRAME_ROADS})
 _CONTEXT_NAMES = frozenset({"__file__", "__cached__", "__spec__", "__loader__"})
 _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "pycache_prefix"}),
                "os": frozenset({"environ", "environb", "getenv", "getenvb", "getcwd", "getcwdb"}),
                "Path": frozenset({"cwd"}),
-               "inspect": frozenset({"currentframe", "stack", "getouterframes", "getframeinfo", "trace"}),
-               "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "print_stack"})}
+               "inspect": frozenset({"currentframe", "stack", "getouterframes", "getinnerframes", "getframeinfo",
+                                      "trace"}),
+               "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "walk_tb", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
 _CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
 # A line that may hold a read names one of these (lower-cased), or starts an import.
-_CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|inspect|traceback|__file__|cwd|pycache_prefix"
+_CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_back|settrace|setprofile|get_refer|get_objects"
+                           rb"|inspect|traceback|walk_tb|__file__|cwd|pycache_prefix"
                            rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
                            rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
 
