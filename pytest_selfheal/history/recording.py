@@ -28,7 +28,7 @@ from pytest_selfheal.store.events import format_ts
 
 
 class HistorySection(Protocol):
-    """The ``history`` settings (``config.settings.HistorySettings``) as this module reads them."""
+    """The ``history`` settings (``config.keys.HistorySettings``) as this module reads them."""
 
     @property
     def enabled(self) -> bool: ...

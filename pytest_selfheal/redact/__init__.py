@@ -470,7 +470,7 @@ class Redactor:
 
 
 class RedactionSection(Protocol):
-    """The ``redaction`` settings (``config.settings.RedactionSettings``), as this module reads them."""
+    """The ``redaction`` settings (``config.keys.RedactionSettings``), as this module reads them."""
 
     @property
     def patterns(self) -> Sequence[str]: ...
