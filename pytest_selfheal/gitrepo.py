@@ -64,21 +64,6 @@ def _gitpython() -> Any:
     return git
 
 
-def _gitpython_or_refuse() -> Any:
-    try:
-        return _gitpython()
-    except Exception as exc:  # pragma: no cover - gitpython is a dependency
-        raise RefusedError(f"repair providers need git and gitpython: {exc}") from None
-
-
-def _open_repo(path: Path) -> Any:
-    """The gitpython ``Repo`` containing ``path`` (searching upwards); None outside git or without git."""
-    try:
-        return _gitpython().Repo(path, search_parent_directories=True)
-    except Exception:
-        return None
-
-
 # --- the diff hash ---------------------------------------------------------------
 
 HASH_LENGTH = 16  # hex characters of sha256 kept
@@ -337,14 +322,6 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
     return git_snapshot(project_root, exclude, context=False).diff_hash
 
 
-# --- run context -----------------------------------------------------------------
-
-
-def git_context(path: Path) -> Optional[GitContext]:
-    """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
-    return git_snapshot(path, diff_hash=False).context
-
-
 # --- commands (repair worktrees) ----------------------------------------------------
 
 
@@ -439,24 +416,22 @@ def repo_top(path: Path) -> Path:
     ``RefusedError`` (exit 5) outside a git repository, in a bare repository or when git
     is unavailable: repair providers run only in an isolated worktree.
     """
-    _gitpython_or_refuse()
-    repo = _open_repo(path)
-    if repo is None:
+    try:
+        bare = _read_git(path, ["rev-parse", "--is-bare-repository"]) == b"true"
+    except GitFailed:
         raise RefusedError(
             f"repair providers need a git repository: {path} is not inside one "
             "(repairs run in an isolated git worktree; run `git init` and commit, or unset ralf_lite.repair.command)"
+        ) from None
+    if bare:
+        raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
+    top = Path(os.fsdecode(_read_git(path, ["rev-parse", "--show-toplevel"]))).resolve()
+    if not has_commit(path, "HEAD"):
+        raise RefusedError(
+            f"repair providers need a commit to start from: the repository at {top} "
+            "has no commit yet (commit once, then resume the loop)"
         )
-    try:
-        if repo.working_tree_dir is None:
-            raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
-        if not repo.head.is_valid():
-            raise RefusedError(
-                f"repair providers need a commit to start from: the repository at {repo.working_tree_dir} "
-                "has no commit yet (commit once, then resume the loop)"
-            )
-        return Path(repo.working_tree_dir).resolve()
-    finally:
-        repo.close()
+    return top
 
 
 # --- what a pull request changed --------------------------------------------------
@@ -540,21 +515,3 @@ def init_repo(path: Path, message: str) -> None:
         repo.index.commit(message, author=actor, committer=actor)
     finally:
         repo.close()
-
-
-__all__ = [
-    "HASH_LENGTH",
-    "JUNK_PATHSPECS",
-    "TOOL_EMAIL",
-    "TOOL_NAME",
-    "GitFailed",
-    "GitSnapshot",
-    "clean_tree_hash",
-    "diff_hash",
-    "git_context",
-    "git_snapshot",
-    "ignored",
-    "init_repo",
-    "repo_top",
-    "run_git",
-]
