@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
 
+from pytest_selfheal.errors import StoreIOError
+from pytest_selfheal.filelock import FileLock
 from pytest_selfheal.names import SPAWN_MARK_VARIABLE, state_dir
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
@@ -569,25 +571,6 @@ def _wait(
     return expired.is_set()
 
 
-__all__ = [
-    "CHUNK_BYTES",
-    "KILL_GRACE_SECONDS",
-    "MAX_LINE_BYTES",
-    "ProcessResult",
-    "TAIL_BYTES",
-    "TAIL_LINES",
-    "RUNNER_COMMAND_FILES",
-    "WITHHELD_TOKENS",
-    "child_environment",
-    "kill_group",
-    "read_tail",
-    "run",
-    "tail_bytes",
-    "terminate_group",
-    "token_named",
-    "withheld",
-]
-
 
 # ---------------------------------------------------------------- the clean room
 # The clean room (edge: temp folders): the bytecode a test run that may be a verdict may
@@ -603,6 +586,8 @@ __all__ = [
 # removed before a run reads the cache (:func:`_trusted`). Whatever a run itself wrote into its
 # cache is thrown away with it.
 
+# Runs on one machine that read and rewrite the manifest at once would drop each other's files.
+_LOCK_SECONDS = 300.0
 _MANIFEST = "trusted.json"  # {path inside the cache: signature}, what selfheal compiled itself
 _TAG = f".{sys.implementation.cache_tag}.pyc"  # another interpreter's (or pytest's rewritten) bytecode is never kept
 
@@ -644,21 +629,9 @@ def _recorded(shared: Path) -> dict[str, str]:
     return recorded if isinstance(recorded, dict) else {}
 
 
-@contextlib.contextmanager
-def _one_at_a_time(shared: Path) -> Iterator[None]:
-    """Hold the shared cache alone: runs on one machine that read and rewrite its manifest at
-    the same time would drop each other's files."""
-    with open(shared / ".lock", "a") as handle:
-        if sys.platform != "win32":
-            import fcntl  # POSIX only, as this branch is
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def _trusted(shared: Path) -> dict[str, str]:
     """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
-    with _one_at_a_time(shared):
+    with FileLock(shared / ".lock", _LOCK_SECONDS):
         return _checked(shared)
 
 
@@ -708,7 +681,7 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
         return cache
     try:
         trusted = _trusted(shared)
-    except OSError:
+    except (OSError, StoreIOError):
         return cache  # compiled afresh: slower, never wrong
     made: set[str] = set()
     for rel in trusted:
@@ -732,7 +705,7 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     roots = _installed_roots()
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        with _one_at_a_time(shared):
+        with FileLock(shared / ".lock", _LOCK_SECONDS):
             # The recorded signatures, unchecked: the run that reads the cache next checks each
             # file (the run before this one just did).
             kept = _recorded(shared)
@@ -749,7 +722,7 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
                 added = True
             if added:
                 _write_manifest(shared, kept)
-    except OSError:
+    except (OSError, StoreIOError):
         return  # the next run compiles afresh: slower, never wrong
 
 
