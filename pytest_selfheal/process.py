@@ -434,12 +434,6 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
 # --------------------------------------------------------------------------- running
 
 
-def absolute_path_entries(path_value: str) -> list[str]:
-    """The absolute entries of a ``PATH`` value: an empty or relative entry would find a
-    program committed to the project (``./pytest``) instead of the installed one."""
-    return [entry for entry in path_value.split(os.pathsep) if entry and os.path.isabs(entry)]
-
-
 def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """``name`` (a bare program name) found on the absolute entries of ``env``'s PATH (ours
     when None), as an absolute path; None when none has it. A name holding a separator is
@@ -447,7 +441,8 @@ def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Op
     if "/" in name or (os.sep != "/" and os.sep in name):
         return name
     source = os.environ if env is None else env
-    entries = absolute_path_entries(source.get("PATH", os.defpath))
+    # An empty or relative entry would find a program committed to the project (``./pytest``).
+    entries = [entry for entry in source.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)]
     return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
 
 
@@ -571,7 +566,6 @@ def _wait(
     return expired.is_set()
 
 
-
 # ---------------------------------------------------------------- the clean room
 # The clean room (edge: temp folders): the bytecode a test run that may be a verdict may
 # read (docs/loop.md "The seal"). selfheal's own variables leave its environment in the
@@ -590,12 +584,6 @@ def _wait(
 _LOCK_SECONDS = 300.0
 _MANIFEST = "trusted.json"  # {path inside the cache: signature}, what selfheal compiled itself
 _TAG = f".{sys.implementation.cache_tag}.pyc"  # another interpreter's (or pytest's rewritten) bytecode is never kept
-
-
-def _installed_roots() -> tuple[str, ...]:
-    """The folders of installed code, as POSIX paths inside a bytecode cache (no leading ``/``)."""
-    folders = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))
 
 
 def _shared(env: Mapping[str, str]) -> Optional[Path]:
@@ -632,27 +620,19 @@ def _recorded(shared: Path) -> dict[str, str]:
 def _trusted(shared: Path) -> dict[str, str]:
     """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
     with FileLock(shared / ".lock", _LOCK_SECONDS):
-        return _checked(shared)
-
-
-def _checked(shared: Path) -> dict[str, str]:
-    recorded = _recorded(shared)
-    kept: dict[str, str] = {}
-    for rel in _bytecode_files(str(shared)):
-        path = os.path.join(shared, rel)
-        try:
-            if recorded.get(rel) == _signature(path):
-                kept[rel] = recorded[rel]
-                continue
-            os.unlink(path)
-        except OSError:
-            continue
-    if kept != recorded:  # what was removed is compiled again after the next run
-        try:
-            _write_manifest(shared, kept)
-        except OSError:
-            pass
-    return kept
+        recorded = _recorded(shared)
+        kept: dict[str, str] = {}
+        for rel in _bytecode_files(str(shared)):
+            path = os.path.join(shared, rel)
+            with contextlib.suppress(OSError):
+                if recorded.get(rel) == _signature(path):
+                    kept[rel] = recorded[rel]
+                else:
+                    os.unlink(path)
+        if kept != recorded:  # what was removed is compiled again after the next run
+            with contextlib.suppress(OSError):
+                _write_manifest(shared, kept)
+        return kept
 
 
 def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
@@ -660,16 +640,6 @@ def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         json.dump(dict(kept), out)
     os.replace(temp, shared / _MANIFEST)
-
-
-def _link(source: str, target: str) -> None:
-    """``target`` as a hard link to ``source`` (a copy across file systems). Python writes
-    bytecode to a new file renamed into place, so a run's writes replace its link and never
-    reach the shared file; one altered in place fails the next run's check (:func:`_trusted`)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
@@ -690,7 +660,13 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
             if folder not in made:
                 os.makedirs(folder, exist_ok=True)
                 made.add(folder)
-            _link(os.path.join(shared, rel), os.path.join(cache, rel))
+            # A hard link: Python writes bytecode to a new file renamed into place, so a run's
+            # writes replace its link and never reach the shared file; one altered in place
+            # fails the next run's check.
+            try:
+                os.link(os.path.join(shared, rel), os.path.join(cache, rel))
+            except OSError:  # across file systems
+                shutil.copyfile(os.path.join(shared, rel), os.path.join(cache, rel))
         except OSError:
             continue  # compiled afresh: slower, never wrong
     return cache
@@ -702,7 +678,8 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     shared = _shared(env)
     if shared is None:
         return
-    roots = _installed_roots()
+    folders = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots = tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))  # installed code
     try:
         shared.mkdir(parents=True, exist_ok=True)
         with FileLock(shared / ".lock", _LOCK_SECONDS):
