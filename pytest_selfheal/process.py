@@ -1,40 +1,22 @@
 """The process runner of every child but git (edge: subprocesses; docs/loop.md, docs/repair.md).
 
-Every child selfheal starts — a verification selection, a repair command, the pytest run of
-``selfheal ci`` — goes through :func:`run`:
+Every child selfheal starts (a verification selection, a repair command, the pytest run of
+``selfheal ci``) goes through :func:`run`:
 
-- an argv list, never a shell (``shell=False``), stdin from /dev/null;
-- its own session and process group (``start_new_session=True``), so a timeout, Ctrl-C or
-  an exception while waiting stops the whole group: SIGTERM, ``kill_grace`` seconds, then
-  SIGKILL (the SIGKILL goes out even when the leader exited, so a grandchild ignoring
-  SIGTERM does not linger). A group left behind by a leader that exited on its own is
-  SIGKILLed too: a background child must not keep writing into a worktree or a store;
+- an argv list, never a shell, stdin from /dev/null; a bare program name is looked up on
+  the absolute entries of ``PATH`` only, so a ``./pytest`` committed to the project is
+  never picked (:func:`resolve_executable`);
+- its own session and process group, so a timeout, Ctrl-C or an exception while waiting
+  stops the whole group (:func:`terminate_group`); a group left behind by a leader that
+  exited on its own is SIGKILLed too: a background child must not keep writing into a
+  worktree or a store;
 - stdout+stderr go to a file the kernel writes directly (no pipe that can fill up), or,
-  with ``on_line``, through a pipe read in chunks of :data:`CHUNK_BYTES`: each chunk is
-  appended to the file and split into lines for the callback, a line longer than
-  ``max_line_bytes`` handed over in pieces — memory stays bounded whatever the child
-  prints (a 512 MB line without a newline included). :func:`read_tail` reads back a
-  bounded tail;
-- the child dies when selfheal dies, however selfheal dies (SIGKILL included), and its
-  grandchildren with it: one mechanism, the **reaper** (:class:`_Reaper`, POSIX), a small
-  helper process per selfheal process, started before the first child, to which every live
-  group is announced through a pipe. When selfheal is gone, in any way, the kernel closes
-  the pipe; at end-of-file the reaper SIGKILLs every group still announced. A group is only
-  known once the child has exec'd, so each start is announced before it begins, as a mark
-  in the child's environment (:data:`SPAWN_MARK_VARIABLE`): a selfheal killed in between
-  leaves a start never ended, and on Linux the reaper finds that child by its mark. If it
-  cannot start, no child is started (the promise cannot be kept); if it died, the next child
-  starts a new one and the live groups are announced to it again. A grandchild that leaves
-  the group on purpose (``setsid``) escapes it (docs/decisions.md "Trust boundaries").
-
-A bare program name (``pytest``) is looked up on the absolute entries of the child's
-``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
-not pick a ``./pytest`` committed to the project.
-
-- no token reaches a child: :func:`child_environment` builds every child's
-  environment, without ``GH_TOKEN``, ``GITHUB_TOKEN``, ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``,
-  ``ACTIONS_RUNTIME_TOKEN`` or any other variable whose name contains ``TOKEN`` (any case);
-  ``SELFHEAL_*`` variables are selfheal's own and pass.
+  with ``on_line``, through a pipe read in chunks and handed over in lines of at most
+  ``max_line_bytes``: memory stays bounded whatever the child prints;
+- the child and its group die when selfheal dies, however it dies (SIGKILL included): the
+  reaper (:class:`_Reaper`, POSIX). A grandchild that leaves the group on purpose
+  (``setsid``) escapes it (docs/decisions.md "Trust boundaries");
+- no token reaches a child (:func:`child_environment`).
 
 Redaction is the callers' business: the file and the lines are the child's raw bytes.
 """
@@ -131,11 +113,8 @@ def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
-
-    The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
-    that ignored SIGTERM (a hung fixture's helper process) does not linger.
-    """
+    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds, even when
+    the leader exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
     if sys.platform != "win32":
         kill_group(proc, signal.SIGTERM)
         try:
@@ -150,12 +129,6 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
         pass
 
-
-# SPAWN_MARK_VARIABLE, set in each child's environment to the mark of its spawn: how the
-# reaper finds a child whose group it was never told because selfheal died between the
-# child's exec and the announcement (Linux, through /proc, which keeps a child's first
-# environment: a pytest child takes the mark out of os.environ, the reaper still sees it;
-# elsewhere that child is left).
 
 # The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group;
 # "?NAME=MARK" says a child is being started with that entry in its environment, "=NAME=MARK"
@@ -217,7 +190,14 @@ while starting - seen and os.path.isdir("/proc") and time.monotonic() < deadline
 class _Reaper:
     """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
     process groups of its children (grandchildren included). One per selfheal process (a
-    forked child starts its own), started by :meth:`spawn` before the first child."""
+    forked child starts its own), started by :meth:`spawn` before the first child; every
+    live group is announced to it through a pipe the kernel closes when selfheal is gone.
+
+    A group is known only once its child has exec'd, so each start is announced first, as a
+    mark in the child's environment (``SPAWN_MARK_VARIABLE``): on Linux the reaper finds a
+    child whose start never ended by its mark in ``/proc`` (which keeps a child's first
+    environment); elsewhere that child is left. No reaper, no child; a reaper that died is
+    replaced at the next spawn and told the live groups again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -281,13 +261,8 @@ class _Reaper:
             pass
 
     def spawn(self, start: Callable[[dict[str, str]], subprocess.Popen[bytes]], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper.
-
-        The mark is announced before the start and dropped once the group is: a SIGKILL
-        between the child's exec and the announcement leaves the reaper a start that never
-        ended, and it finds that child by its mark. Raises OSError when no reaper runs or
-        can start: no child without one.
-        """
+        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper
+        (the mark before the start, dropped once the group is); OSError when no reaper runs."""
         with self._lock:  # one reaper, the same one, from the mark to the group
             try:
                 self._ready()
