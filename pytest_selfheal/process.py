@@ -311,41 +311,9 @@ def _spawn(
 # --------------------------------------------------------------------------- output
 
 
-class _Lines:
-    """Splits a byte stream into lines of at most ``limit`` bytes for ``sink``: a longer
-    line goes out in pieces, the last without its newline until it comes."""
-
-    def __init__(self, sink: LineSink, limit: int) -> None:
-        self.sink = sink
-        self.limit = max(1, limit)
-        self.pending = bytearray()
-
-    def _emit(self, line: bytes) -> None:
-        for start in range(0, len(line), self.limit):
-            self.sink(line[start:start + self.limit])
-
-    def feed(self, data: bytes) -> None:
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            self._emit(bytes(self.pending) + data[start:newline + 1])
-            self.pending.clear()
-            start = newline + 1
-        self.pending += data[start:]
-        while len(self.pending) >= self.limit:
-            self._emit(bytes(self.pending[: self.limit]))
-            del self.pending[: self.limit]
-
-    def close(self) -> None:
-        if self.pending:
-            self._emit(bytes(self.pending))
-            self.pending.clear()
-
-
 class _Pump(threading.Thread):
-    """Drains a child's pipe into the output file and the line callback. A callback that
+    """Drains a child's pipe into the output file and the line callback, a line longer than
+    ``limit`` bytes in pieces (the last without its newline until it comes). A callback that
     raises is not called again (the pipe is still drained so the child never blocks); its
     exception is re-raised by :func:`run` once the child is gone."""
 
@@ -354,15 +322,28 @@ class _Pump(threading.Thread):
         self.pipe = pipe
         self.sink = sink
         self.on_line = on_line
-        self.lines = _Lines(self._tee, limit)
+        self.limit = max(1, limit)
+        self.pending = bytearray()
         self.error: Optional[BaseException] = None
 
-    def _tee(self, line: bytes) -> None:
-        if self.error is None:
-            try:
-                self.on_line(line)
-            except Exception as exc:
-                self.error = exc
+    def _emit(self, line: bytes) -> None:
+        for start in range(0, len(line), self.limit):
+            if self.error is None:
+                try:
+                    self.on_line(line[start:start + self.limit])
+                except Exception as exc:
+                    self.error = exc
+
+    def _feed(self, data: bytes) -> None:
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            self._emit(bytes(self.pending) + data[start:newline + 1])
+            self.pending.clear()
+            start = newline + 1
+        self.pending += data[start:]
+        while len(self.pending) >= self.limit:
+            self._emit(bytes(self.pending[: self.limit]))
+            del self.pending[: self.limit]
 
     def run(self) -> None:
         fd = self.pipe.fileno()
@@ -378,8 +359,8 @@ class _Pump(threading.Thread):
                     self.sink.write(data)
                 except (OSError, ValueError):  # disk full, or closed after an abandoned wait
                     self.sink = None
-            self.lines.feed(data)
-        self.lines.close()
+            self._feed(data)
+        self._emit(bytes(self.pending))
 
 
 def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
