@@ -304,16 +304,8 @@ def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]
 # Variables that point git at a repository. A selfheal run started from a git hook
 # (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
 # of the worktree — and the provider's — at the user's own index.
-GIT_LOCATING_ENV: tuple[str, ...] = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_PREFIX",
-    "GIT_NAMESPACE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-)
+GIT_LOCATING_ENV: tuple[str, ...] = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX",
+                                     "GIT_NAMESPACE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 
 
 @contextmanager
