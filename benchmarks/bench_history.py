@@ -51,7 +51,7 @@ def measure(root: Path, repeat: int, fresh: bool) -> tuple[float, float, float, 
 def recording_ms(root: Path, failures: int, repeat: int) -> float:
     """Median milliseconds of the history's own work in a capture (``record_and_triage`` of
     ``failures`` failures into the persisted database), measured in this process."""
-    from pytest_selfheal.config.settings import HistorySettings
+    from pytest_selfheal.config.keys import HistorySettings
     from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
     from pytest_selfheal.records.git import GitContext
 

@@ -3,11 +3,10 @@
 No other module imports ``git`` (an import-linter contract in pyproject.toml) or runs the
 ``git`` binary. Every command here is an argv list, never a shell.
 
-- the working-tree diff hash the loop's progress check compares (:func:`diff_hash`) and
-  the git part of an incident's ``context.json`` (:func:`git_context`), read in one pass
-  by :func:`git_snapshot`. These run the git binary directly, with the commands and the
-  environment gitpython used: importing gitpython cost more than a capture's
-  whole git work, on every failing ``pytest --selfheal`` run (docs/benchmarks.md);
+- the working-tree diff hash the loop's progress check compares and the git part of an
+  incident's ``context.json``, read in one pass by :func:`git_snapshot`, running the git
+  binary with the commands and environment gitpython used: importing gitpython costs more
+  than a capture's whole git work;
 - the commands of the repair worktrees (:func:`run_git`, :func:`repo_top`;
   ``repair/worktree.py`` holds what they are for);
 - what a pull request changed (:func:`changed_lines`) and its base revision checked out
@@ -26,11 +25,8 @@ hash covers everything a code change can touch in the repository containing the 
 
 The reports root (``.selfheal/`` by default) usually lives inside the tree and changes
 at every iteration: it is excluded explicitly by pathspec (and should be in .gitignore).
-So is every file in a hidden folder (``.claude/``, ``.cursor/``, ``.vscode/``, ``.github/``):
-a coding agent's or an editor's settings, where pytest collects nothing and which the seal
-and the regression check do not read as code either.
-A ``git status`` first tells whether there is any change or untracked file at all: on a
-clean tree neither listing runs.
+So is every file in a hidden folder (``.claude/``, ``.vscode/``, ``.github/``): a coding
+agent's or an editor's settings, where pytest collects nothing.
 """
 
 from __future__ import annotations
@@ -62,21 +58,6 @@ def _gitpython() -> Any:
     import git  # gitpython, lazily: slow to import, and the plugin loads on every pytest run
 
     return git
-
-
-def _gitpython_or_refuse() -> Any:
-    try:
-        return _gitpython()
-    except Exception as exc:  # pragma: no cover - gitpython is a dependency
-        raise RefusedError(f"repair providers need git and gitpython: {exc}") from None
-
-
-def _open_repo(path: Path) -> Any:
-    """The gitpython ``Repo`` containing ``path`` (searching upwards); None outside git or without git."""
-    try:
-        return _gitpython().Repo(path, search_parent_directories=True)
-    except Exception:
-        return None
 
 
 # --- the diff hash ---------------------------------------------------------------
@@ -171,11 +152,8 @@ def _code_of(line: bytes) -> bytes:
 
 
 def clean_tree_hash(commit: str) -> str:
-    """The :func:`diff_hash` of a clean working tree (no diff, no untracked file) at ``commit``.
-
-    Lets the loop know the capture's hash when the capture recorded only ``context.json``'s
-    git state (commit + ``dirty: false``) and not the hash itself.
-    """
+    """The :func:`diff_hash` of a clean working tree at ``commit``: the capture's, when it
+    recorded only ``context.json``'s git state (commit + ``dirty: false``)."""
     return _start(commit, b"").hexdigest()[:HASH_LENGTH]
 
 
@@ -191,12 +169,6 @@ class _Status(NamedTuple):
     branch: Optional[str]  # None when detached
     changed: bool  # a staged or unstaged change of a tracked file (or an unmerged one)
     untracked: int  # untracked, non-ignored files
-
-
-def _git_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(LANGUAGE="C", LC_ALL="C")  # as gitpython runs git: untranslated --stat and errors
-    return env
 
 
 def _read_git(cwd: Path, args: Sequence[str]) -> bytes:
@@ -247,16 +219,10 @@ def _parse_status(raw: bytes) -> _Status:
 
 def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True,
                  diff_hash: bool = True) -> GitSnapshot:
-    """The git context and the diff hash of the repository containing ``project_root``, in one pass.
-
-    Runs the git binary directly (argv lists, no shell): importing gitpython costs more
-    than the capture's whole git work (docs/benchmarks.md). A clean tree takes two
-    commands (``rev-parse --show-toplevel``, ``status --porcelain=v2``); the diff, the
-    untracked listing and the diff stat run only when the status shows something for them.
-    The results are those of the gitpython calls they replace (tests/test_verify.py,
-    tests/test_plugin_capture.py). ``context=False`` skips the diff stat (the loop needs
-    only the hash), ``diff_hash=False`` the hash (a history record needs only the context).
-    """
+    """The git context and the diff hash (module docstring) of the repository containing
+    ``project_root``, in one pass of the git binary: a clean tree takes two commands, the
+    diff, the untracked listing and the diff stat run only when the status shows something
+    for them. ``context=False`` skips the diff stat, ``diff_hash=False`` the hash."""
     try:
         top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"])))
     except GitFailed:  # outside git, a bare repository, or no git binary
@@ -327,22 +293,9 @@ class PendingSnapshot:
 
 
 def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]:
-    """sha256 (first 16 hex) of the repository's working-tree changes against HEAD.
-
-    ``exclude``: absolute paths (the reports root) left out of the hash. Returns None
-    outside a git repository, when git is unavailable, or on any git error (an unknown
-    hash never counts as progress, see docs/loop.md). An unborn HEAD (no commit yet)
-    hashes the staged files instead of ``git diff HEAD``.
-    """
+    """The diff hash (module docstring) without the reports root and the other ``exclude``
+    paths; None outside git or on any git error (an unknown hash never counts as progress)."""
     return git_snapshot(project_root, exclude, context=False).diff_hash
-
-
-# --- run context -----------------------------------------------------------------
-
-
-def git_context(path: Path) -> Optional[GitContext]:
-    """Commit, branch, dirty state and diff stat of the repo containing ``path``; None outside git."""
-    return git_snapshot(path, diff_hash=False).context
 
 
 # --- commands (repair worktrees) ----------------------------------------------------
@@ -351,16 +304,8 @@ def git_context(path: Path) -> Optional[GitContext]:
 # Variables that point git at a repository. A selfheal run started from a git hook
 # (pre-commit running pytest sets GIT_INDEX_FILE) would otherwise aim every git command
 # of the worktree — and the provider's — at the user's own index.
-GIT_LOCATING_ENV: tuple[str, ...] = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_PREFIX",
-    "GIT_NAMESPACE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-)
+GIT_LOCATING_ENV: tuple[str, ...] = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX",
+                                     "GIT_NAMESPACE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 
 
 @contextmanager
@@ -416,9 +361,8 @@ def run_git(
         options.append(f"core.hooksPath={hooks_dir}")
     executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"  # gitpython's override, honoured
     argv = [executable, *(word for option in options for word in ("-c", option)), *args]
-    full_env = _git_env()
-    full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
-    full_env.update(env or {})
+    # As gitpython runs git: untranslated --stat and errors.
+    full_env = {"GIT_TERMINAL_PROMPT": "0", **os.environ, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
     with tempfile.TemporaryFile() as feed:
         if stdin is not None:
             feed.write(stdin)
@@ -439,24 +383,22 @@ def repo_top(path: Path) -> Path:
     ``RefusedError`` (exit 5) outside a git repository, in a bare repository or when git
     is unavailable: repair providers run only in an isolated worktree.
     """
-    _gitpython_or_refuse()
-    repo = _open_repo(path)
-    if repo is None:
+    try:
+        bare = _read_git(path, ["rev-parse", "--is-bare-repository"]) == b"true"
+    except GitFailed:
         raise RefusedError(
             f"repair providers need a git repository: {path} is not inside one "
             "(repairs run in an isolated git worktree; run `git init` and commit, or unset ralf_lite.repair.command)"
+        ) from None
+    if bare:
+        raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
+    top = Path(os.fsdecode(_read_git(path, ["rev-parse", "--show-toplevel"]))).resolve()
+    if not has_commit(path, "HEAD"):
+        raise RefusedError(
+            f"repair providers need a commit to start from: the repository at {top} "
+            "has no commit yet (commit once, then resume the loop)"
         )
-    try:
-        if repo.working_tree_dir is None:
-            raise RefusedError(f"repair providers need a working tree: {path} is a bare repository")
-        if not repo.head.is_valid():
-            raise RefusedError(
-                f"repair providers need a commit to start from: the repository at {repo.working_tree_dir} "
-                "has no commit yet (commit once, then resume the loop)"
-            )
-        return Path(repo.working_tree_dir).resolve()
-    finally:
-        repo.close()
+    return top
 
 
 # --- what a pull request changed --------------------------------------------------
@@ -540,21 +482,3 @@ def init_repo(path: Path, message: str) -> None:
         repo.index.commit(message, author=actor, committer=actor)
     finally:
         repo.close()
-
-
-__all__ = [
-    "HASH_LENGTH",
-    "JUNK_PATHSPECS",
-    "TOOL_EMAIL",
-    "TOOL_NAME",
-    "GitFailed",
-    "GitSnapshot",
-    "clean_tree_hash",
-    "diff_hash",
-    "git_context",
-    "git_snapshot",
-    "ignored",
-    "init_repo",
-    "repo_top",
-    "run_git",
-]

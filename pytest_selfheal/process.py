@@ -1,40 +1,22 @@
 """The process runner of every child but git (edge: subprocesses; docs/loop.md, docs/repair.md).
 
-Every child selfheal starts — a verification selection, a repair command, the pytest run of
-``selfheal ci`` — goes through :func:`run`:
+Every child selfheal starts (a verification selection, a repair command, the pytest run of
+``selfheal ci``) goes through :func:`run`:
 
-- an argv list, never a shell (``shell=False``), stdin from /dev/null;
-- its own session and process group (``start_new_session=True``), so a timeout, Ctrl-C or
-  an exception while waiting stops the whole group: SIGTERM, ``kill_grace`` seconds, then
-  SIGKILL (the SIGKILL goes out even when the leader exited, so a grandchild ignoring
-  SIGTERM does not linger). A group left behind by a leader that exited on its own is
-  SIGKILLed too: a background child must not keep writing into a worktree or a store;
+- an argv list, never a shell, stdin from /dev/null; a bare program name is looked up on
+  the absolute entries of ``PATH`` only, so a ``./pytest`` committed to the project is
+  never picked (:func:`resolve_executable`);
+- its own session and process group, so a timeout, Ctrl-C or an exception while waiting
+  stops the whole group (:func:`terminate_group`); a group left behind by a leader that
+  exited on its own is SIGKILLed too: a background child must not keep writing into a
+  worktree or a store;
 - stdout+stderr go to a file the kernel writes directly (no pipe that can fill up), or,
-  with ``on_line``, through a pipe read in chunks of :data:`CHUNK_BYTES`: each chunk is
-  appended to the file and split into lines for the callback, a line longer than
-  ``max_line_bytes`` handed over in pieces — memory stays bounded whatever the child
-  prints (a 512 MB line without a newline included). :func:`read_tail` reads back a
-  bounded tail;
-- the child dies when selfheal dies, however selfheal dies (SIGKILL included), and its
-  grandchildren with it: one mechanism, the **reaper** (:class:`_Reaper`, POSIX), a small
-  helper process per selfheal process, started before the first child, to which every live
-  group is announced through a pipe. When selfheal is gone, in any way, the kernel closes
-  the pipe; at end-of-file the reaper SIGKILLs every group still announced. A group is only
-  known once the child has exec'd, so each start is announced before it begins, as a mark
-  in the child's environment (:data:`SPAWN_MARK_VARIABLE`): a selfheal killed in between
-  leaves a start never ended, and on Linux the reaper finds that child by its mark. If it
-  cannot start, no child is started (the promise cannot be kept); if it died, the next child
-  starts a new one and the live groups are announced to it again. A grandchild that leaves
-  the group on purpose (``setsid``) escapes it (docs/decisions.md "Trust boundaries").
-
-A bare program name (``pytest``) is looked up on the absolute entries of the child's
-``PATH`` only (:func:`resolve_executable`): an empty or relative entry (``PATH=":…"``) must
-not pick a ``./pytest`` committed to the project.
-
-- no token reaches a child: :func:`child_environment` builds every child's
-  environment, without ``GH_TOKEN``, ``GITHUB_TOKEN``, ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``,
-  ``ACTIONS_RUNTIME_TOKEN`` or any other variable whose name contains ``TOKEN`` (any case);
-  ``SELFHEAL_*`` variables are selfheal's own and pass.
+  with ``on_line``, through a pipe read in chunks and handed over in lines of at most
+  ``max_line_bytes``: memory stays bounded whatever the child prints;
+- the child and its group die when selfheal dies, however it dies (SIGKILL included): the
+  reaper (:class:`_Reaper`, POSIX). A grandchild that leaves the group on purpose
+  (``setsid``) escapes it (docs/decisions.md "Trust boundaries");
+- no token reaches a child (:func:`child_environment`).
 
 Redaction is the callers' business: the file and the lines are the child's raw bytes.
 """
@@ -59,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
 
+from pytest_selfheal.errors import StoreIOError
+from pytest_selfheal.filelock import FileLock
 from pytest_selfheal.names import SPAWN_MARK_VARIABLE, state_dir
 
 KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
@@ -129,11 +113,8 @@ def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds.
-
-    The group is SIGKILLed even when the leader exited after SIGTERM, so a grandchild
-    that ignored SIGTERM (a hung fixture's helper process) does not linger.
-    """
+    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds, even when
+    the leader exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
     if sys.platform != "win32":
         kill_group(proc, signal.SIGTERM)
         try:
@@ -148,12 +129,6 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
         pass
 
-
-# SPAWN_MARK_VARIABLE, set in each child's environment to the mark of its spawn: how the
-# reaper finds a child whose group it was never told because selfheal died between the
-# child's exec and the announcement (Linux, through /proc, which keeps a child's first
-# environment: a pytest child takes the mark out of os.environ, the reaper still sees it;
-# elsewhere that child is left).
 
 # The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group;
 # "?NAME=MARK" says a child is being started with that entry in its environment, "=NAME=MARK"
@@ -215,7 +190,14 @@ while starting - seen and os.path.isdir("/proc") and time.monotonic() < deadline
 class _Reaper:
     """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
     process groups of its children (grandchildren included). One per selfheal process (a
-    forked child starts its own), started by :meth:`spawn` before the first child."""
+    forked child starts its own), started by :meth:`spawn` before the first child; every
+    live group is announced to it through a pipe the kernel closes when selfheal is gone.
+
+    A group is known only once its child has exec'd, so each start is announced first, as a
+    mark in the child's environment (``SPAWN_MARK_VARIABLE``): on Linux the reaper finds a
+    child whose start never ended by its mark in ``/proc`` (which keeps a child's first
+    environment); elsewhere that child is left. No reaper, no child; a reaper that died is
+    replaced at the next spawn and told the live groups again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -279,13 +261,8 @@ class _Reaper:
             pass
 
     def spawn(self, start: Callable[[dict[str, str]], subprocess.Popen[bytes]], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper.
-
-        The mark is announced before the start and dropped once the group is: a SIGKILL
-        between the child's exec and the announcement leaves the reaper a start that never
-        ended, and it finds that child by its mark. Raises OSError when no reaper runs or
-        can start: no child without one.
-        """
+        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper
+        (the mark before the start, dropped once the group is); OSError when no reaper runs."""
         with self._lock:  # one reaper, the same one, from the mark to the group
             try:
                 self._ready()
@@ -334,41 +311,9 @@ def _spawn(
 # --------------------------------------------------------------------------- output
 
 
-class _Lines:
-    """Splits a byte stream into lines of at most ``limit`` bytes for ``sink``: a longer
-    line goes out in pieces, the last without its newline until it comes."""
-
-    def __init__(self, sink: LineSink, limit: int) -> None:
-        self.sink = sink
-        self.limit = max(1, limit)
-        self.pending = bytearray()
-
-    def _emit(self, line: bytes) -> None:
-        for start in range(0, len(line), self.limit):
-            self.sink(line[start:start + self.limit])
-
-    def feed(self, data: bytes) -> None:
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            self._emit(bytes(self.pending) + data[start:newline + 1])
-            self.pending.clear()
-            start = newline + 1
-        self.pending += data[start:]
-        while len(self.pending) >= self.limit:
-            self._emit(bytes(self.pending[: self.limit]))
-            del self.pending[: self.limit]
-
-    def close(self) -> None:
-        if self.pending:
-            self._emit(bytes(self.pending))
-            self.pending.clear()
-
-
 class _Pump(threading.Thread):
-    """Drains a child's pipe into the output file and the line callback. A callback that
+    """Drains a child's pipe into the output file and the line callback, a line longer than
+    ``limit`` bytes in pieces (the last without its newline until it comes). A callback that
     raises is not called again (the pipe is still drained so the child never blocks); its
     exception is re-raised by :func:`run` once the child is gone."""
 
@@ -377,15 +322,28 @@ class _Pump(threading.Thread):
         self.pipe = pipe
         self.sink = sink
         self.on_line = on_line
-        self.lines = _Lines(self._tee, limit)
+        self.limit = max(1, limit)
+        self.pending = bytearray()
         self.error: Optional[BaseException] = None
 
-    def _tee(self, line: bytes) -> None:
-        if self.error is None:
-            try:
-                self.on_line(line)
-            except Exception as exc:
-                self.error = exc
+    def _emit(self, line: bytes) -> None:
+        for start in range(0, len(line), self.limit):
+            if self.error is None:
+                try:
+                    self.on_line(line[start:start + self.limit])
+                except Exception as exc:
+                    self.error = exc
+
+    def _feed(self, data: bytes) -> None:
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            self._emit(bytes(self.pending) + data[start:newline + 1])
+            self.pending.clear()
+            start = newline + 1
+        self.pending += data[start:]
+        while len(self.pending) >= self.limit:
+            self._emit(bytes(self.pending[: self.limit]))
+            del self.pending[: self.limit]
 
     def run(self) -> None:
         fd = self.pipe.fileno()
@@ -401,8 +359,8 @@ class _Pump(threading.Thread):
                     self.sink.write(data)
                 except (OSError, ValueError):  # disk full, or closed after an abandoned wait
                     self.sink = None
-            self.lines.feed(data)
-        self.lines.close()
+            self._feed(data)
+        self._emit(bytes(self.pending))
 
 
 def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
@@ -432,12 +390,6 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
 # --------------------------------------------------------------------------- running
 
 
-def absolute_path_entries(path_value: str) -> list[str]:
-    """The absolute entries of a ``PATH`` value: an empty or relative entry would find a
-    program committed to the project (``./pytest``) instead of the installed one."""
-    return [entry for entry in path_value.split(os.pathsep) if entry and os.path.isabs(entry)]
-
-
 def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """``name`` (a bare program name) found on the absolute entries of ``env``'s PATH (ours
     when None), as an absolute path; None when none has it. A name holding a separator is
@@ -445,7 +397,8 @@ def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Op
     if "/" in name or (os.sep != "/" and os.sep in name):
         return name
     source = os.environ if env is None else env
-    entries = absolute_path_entries(source.get("PATH", os.defpath))
+    # An empty or relative entry would find a program committed to the project (``./pytest``).
+    entries = [entry for entry in source.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)]
     return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
 
 
@@ -569,26 +522,6 @@ def _wait(
     return expired.is_set()
 
 
-__all__ = [
-    "CHUNK_BYTES",
-    "KILL_GRACE_SECONDS",
-    "MAX_LINE_BYTES",
-    "ProcessResult",
-    "TAIL_BYTES",
-    "TAIL_LINES",
-    "RUNNER_COMMAND_FILES",
-    "WITHHELD_TOKENS",
-    "child_environment",
-    "kill_group",
-    "read_tail",
-    "run",
-    "tail_bytes",
-    "terminate_group",
-    "token_named",
-    "withheld",
-]
-
-
 # ---------------------------------------------------------------- the clean room
 # The clean room (edge: temp folders): the bytecode a test run that may be a verdict may
 # read (docs/loop.md "The seal"). selfheal's own variables leave its environment in the
@@ -603,14 +536,10 @@ __all__ = [
 # removed before a run reads the cache (:func:`_trusted`). Whatever a run itself wrote into its
 # cache is thrown away with it.
 
+# Runs on one machine that read and rewrite the manifest at once would drop each other's files.
+_LOCK_SECONDS = 300.0
 _MANIFEST = "trusted.json"  # {path inside the cache: signature}, what selfheal compiled itself
 _TAG = f".{sys.implementation.cache_tag}.pyc"  # another interpreter's (or pytest's rewritten) bytecode is never kept
-
-
-def _installed_roots() -> tuple[str, ...]:
-    """The folders of installed code, as POSIX paths inside a bytecode cache (no leading ``/``)."""
-    folders = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))
 
 
 def _shared(env: Mapping[str, str]) -> Optional[Path]:
@@ -644,42 +573,22 @@ def _recorded(shared: Path) -> dict[str, str]:
     return recorded if isinstance(recorded, dict) else {}
 
 
-@contextlib.contextmanager
-def _one_at_a_time(shared: Path) -> Iterator[None]:
-    """Hold the shared cache alone: runs on one machine that read and rewrite its manifest at
-    the same time would drop each other's files."""
-    with open(shared / ".lock", "a") as handle:
-        if sys.platform != "win32":
-            import fcntl  # POSIX only, as this branch is
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def _trusted(shared: Path) -> dict[str, str]:
     """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
-    with _one_at_a_time(shared):
-        return _checked(shared)
-
-
-def _checked(shared: Path) -> dict[str, str]:
-    recorded = _recorded(shared)
-    kept: dict[str, str] = {}
-    for rel in _bytecode_files(str(shared)):
-        path = os.path.join(shared, rel)
-        try:
-            if recorded.get(rel) == _signature(path):
-                kept[rel] = recorded[rel]
-                continue
-            os.unlink(path)
-        except OSError:
-            continue
-    if kept != recorded:  # what was removed is compiled again after the next run
-        try:
-            _write_manifest(shared, kept)
-        except OSError:
-            pass
-    return kept
+    with FileLock(shared / ".lock", _LOCK_SECONDS):
+        recorded = _recorded(shared)
+        kept: dict[str, str] = {}
+        for rel in _bytecode_files(str(shared)):
+            path = os.path.join(shared, rel)
+            with contextlib.suppress(OSError):
+                if recorded.get(rel) == _signature(path):
+                    kept[rel] = recorded[rel]
+                else:
+                    os.unlink(path)
+        if kept != recorded:  # what was removed is compiled again after the next run
+            with contextlib.suppress(OSError):
+                _write_manifest(shared, kept)
+        return kept
 
 
 def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
@@ -687,16 +596,6 @@ def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         json.dump(dict(kept), out)
     os.replace(temp, shared / _MANIFEST)
-
-
-def _link(source: str, target: str) -> None:
-    """``target`` as a hard link to ``source`` (a copy across file systems). Python writes
-    bytecode to a new file renamed into place, so a run's writes replace its link and never
-    reach the shared file; one altered in place fails the next run's check (:func:`_trusted`)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
@@ -708,7 +607,7 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
         return cache
     try:
         trusted = _trusted(shared)
-    except OSError:
+    except (OSError, StoreIOError):
         return cache  # compiled afresh: slower, never wrong
     made: set[str] = set()
     for rel in trusted:
@@ -717,7 +616,13 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
             if folder not in made:
                 os.makedirs(folder, exist_ok=True)
                 made.add(folder)
-            _link(os.path.join(shared, rel), os.path.join(cache, rel))
+            # A hard link: Python writes bytecode to a new file renamed into place, so a run's
+            # writes replace its link and never reach the shared file; one altered in place
+            # fails the next run's check.
+            try:
+                os.link(os.path.join(shared, rel), os.path.join(cache, rel))
+            except OSError:  # across file systems
+                shutil.copyfile(os.path.join(shared, rel), os.path.join(cache, rel))
         except OSError:
             continue  # compiled afresh: slower, never wrong
     return cache
@@ -729,10 +634,11 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     shared = _shared(env)
     if shared is None:
         return
-    roots = _installed_roots()
+    folders = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots = tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))  # installed code
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        with _one_at_a_time(shared):
+        with FileLock(shared / ".lock", _LOCK_SECONDS):
             # The recorded signatures, unchecked: the run that reads the cache next checks each
             # file (the run before this one just did).
             kept = _recorded(shared)
@@ -749,7 +655,7 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
                 added = True
             if added:
                 _write_manifest(shared, kept)
-    except OSError:
+    except (OSError, StoreIOError):
         return  # the next run compiles afresh: slower, never wrong
 
 

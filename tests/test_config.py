@@ -12,11 +12,10 @@ import pytest
 
 from pytest_selfheal.config import files as config_files
 from pytest_selfheal.config.files import find_pytest_ini, global_config_path, load_config
-from pytest_selfheal.config.keys import SCHEMA, SPECS, ini_table, reference_table
+from pytest_selfheal.config.keys import SCHEMA, SPECS, Settings, ini_table, reference_table
 from pytest_selfheal.config.settings import (
     ConfigLayer,
     Override,
-    Settings,
     default_config,
     ini_layers,
     merge_layers,

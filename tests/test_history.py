@@ -12,7 +12,7 @@ import pytest
 from helpers import DETERMINISTIC, FLAKY, capture, cli, git_commit_all, make_project
 from junitparser.xunit2 import JUnitXml as XunitXml
 
-from pytest_selfheal.config.settings import HistorySettings
+from pytest_selfheal.config.keys import HistorySettings
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import PY, capture, cli, make_project, run_env
 
-from pytest_selfheal.config.settings import HistorySettings
+from pytest_selfheal.config.keys import HistorySettings
 from pytest_selfheal.errors import EXIT_IO, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr

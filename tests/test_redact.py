@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.config.settings import ConfigLayer, RedactionSettings, merge_layers
+from pytest_selfheal.config.keys import RedactionSettings
+from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.redact import (
     BUILTIN_KINDS,

@@ -1,7 +1,8 @@
-"""The configuration keys (docs/configuration.md): one table, ``SCHEMA``, of every leaf under ``ralf_lite``.
+"""The configuration keys (docs/configuration.md), declared once as the fields of the typed
+:class:`Settings`; ``SCHEMA`` lists every leaf under ``ralf_lite`` from them.
 
 Pure. Defaults, validation (:mod:`pytest_selfheal.config.settings`, with the shapes below),
-the error messages and the reference tables in docs/configuration.md all derive from this table.
+the error messages and the reference tables in docs/configuration.md all derive from them.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal.errors import describe_value
@@ -101,129 +102,181 @@ def _number(value: float) -> str:
     return str(int(value)) if value == int(value) else str(value)
 
 
-# Objects under ralf_lite (merged key by key) and what each groups.
-GROUPS: dict[str, str] = {
-    "apply_to": "which failures the loop applies to",
-    "verification": "how the loop re-runs the failing tests",
-    "repair": "the repair provider called between iterations",
-    "redaction": "what is removed from everything written to disk or posted",
-    "classification": "extra rules for classifying failures",
-    "history": "the failure history and the triage of every failure (new, known, flaky, quarantined)",
-    "new_tests": "the check of the tests a pull request adds or changes for flakiness (`selfheal ci`)",
-    "mcp": "the MCP server for coding agents (`selfheal mcp`)",
-    "gate": "the stop gates of coding agents (`selfheal stop-gate claude|cursor`)",
-}
+def setting(kind: str, default: Any, meaning: str, *, key: str = "", **options: Any) -> Any:
+    """A field of :class:`Settings` declaring its key: the typed default (a list as a tuple)
+    and the key's :class:`KeySpec` (the JSON default) in its metadata."""
+    typed = tuple(default) if isinstance(default, list) else default
+    return field(default=typed, metadata={"spec": KeySpec(key, kind, default, meaning, **options)})
 
-SCHEMA: tuple[KeySpec, ...] = (
-    KeySpec("enabled", BOOL, True,
-            "Master switch of the loop; `false` still captures incidents but stops the loop at once with "
-            "`disabled`.", judging=True),
-    KeySpec("max_iterations", INT, 3,
-            "Most verification runs (the capture not counted) in one loop run; then it stops with "
-            "`max_iterations`.", judging=True, most=1000),
-    KeySpec("error_fingerprint_repeats", INT, 2,
-            "Stop with `repeated_fingerprint` after the same fingerprint this many consecutive iterations.", judging=True, most=1000),
-    KeySpec("no_progress_repeats", INT, 2,
-            "Stop with `no_progress` (or `replan_requested`) after this many consecutive iterations without "
-            "progress.", judging=True, most=1000),
-    KeySpec("apply_to.auto_tasks", BOOL, True,
-            "The loop runs for failing tests captured by `pytest --selfheal`."),
-    KeySpec("apply_to.autonomous_plans", BOOL, True,
-            "`selfheal loop` / `selfheal ci` may run the loop with no human at the terminal."),
-    KeySpec("apply_to.tdd_tasks", BOOL, False,
-            "The loop also takes tests marked `@pytest.mark.tdd` (red-first tests)."),
-    KeySpec("max_runtime_minutes", NUMBER, None,
-            "Wall-clock budget of one loop; past it, it stops with `runtime_budget`. `null`: none.", nullable=True, judging=True, most=10_080),
-    KeySpec("auto_replan_on_no_progress", BOOL, False,
-            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop with "
-            "`replan_requested` instead of escalating."),
-    KeySpec("reports_dir", STRING, DEFAULT_REPORTS_DIR,
-            "Reports root (incidents, plans, runs, archive), inside the project root unless its invoker's flag gives it, every symbolic link on its way followed "
-            "([paths](#paths-commands-arguments-and-patterns)).", shape=PATH),
-    KeySpec("report_path", STRING, None,
-            "Where to write the loop report markdown, a path like `reports_dir`. `null`: no report file.", nullable=True, shape=PATH),
-    KeySpec("log_tail_lines", INT, 200,
-            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction).", most=100_000),
-    KeySpec("verification.allowlist", STRINGS, ["pytest"],
+
+@dataclass(frozen=True)
+class ApplyToSettings:
+    auto_tasks: bool = setting(BOOL, True,
+            "The loop runs for failing tests captured by `pytest --selfheal`.")
+    autonomous_plans: bool = setting(BOOL, True,
+            "`selfheal loop` / `selfheal ci` may run the loop with no human at the terminal.")
+    tdd_tasks: bool = setting(BOOL, False,
+            "The loop also takes tests marked `@pytest.mark.tdd` (red-first tests).")
+
+
+@dataclass(frozen=True)
+class VerificationSettings:
+    allowlist: tuple[str, ...] = setting(STRINGS, ["pytest"],
             "Programs (basename, or `python -m <module>`) a verification command may run; anything else is "
-            "refused and logged ([commands](#paths-commands-arguments-and-patterns)).", judging=True, shape=COMMANDS),
-    KeySpec("verification.args", STRINGS, [],
+            "refused and logged ([commands](#paths-commands-arguments-and-patterns)).", judging=True, shape=COMMANDS)
+    args: tuple[str, ...] = setting(STRINGS, [],
             "Extra pytest arguments of every verification run, after the capture's replayed options and judged "
-            "like them ([arguments](#paths-commands-arguments-and-patterns)).", judging=True, shape=PYTEST_ARGS),
-    KeySpec("verification.timeout_seconds", NUMBER, 900,
-            "Timeout of one verification run; a run past it is stopped and counts as a `timeout`.", judging=True, most=DAY_SECONDS),
-    KeySpec("verification.localise", BOOL, True,
+            "like them ([arguments](#paths-commands-arguments-and-patterns)).", judging=True, shape=PYTEST_ARGS)
+    timeout_seconds: float = setting(NUMBER, 900,
+            "Timeout of one verification run; a run past it is stopped and counts as a `timeout`.", judging=True, most=DAY_SECONDS)
+    localise: bool = setting(BOOL, True,
             "When a plan's ranking will be read, re-run the failing tests' files once to rank its suspects by "
-            "what each test runs ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands."),
-    KeySpec("verification.regression", STRING, "affected",
+            "what each test runs ([loop.md](loop.md#the-plan)). `false`: the capture's plan stands.")
+    regression: str = setting(STRING, "affected",
             "Before a `success`, re-run the tests that can reach the changed code by their imports or recorded spectrum (`affected`), the capture's "
-            "whole command (`full`) or none (`off`) ([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off")),
-    KeySpec("verification.regression_budget_seconds", NUMBER, 600,
-            "Timeout of one regression check; past it the iteration counts as a `timeout`, never a `success`.", judging=True, most=DAY_SECONDS),
-    KeySpec("repair.command", ARGV, None,
-            "Repair provider argv, never run through a shell; placeholders `{prompt_file}` `{incident_id}` "
-            "`{worktree}` `{iteration}`. `null`: verify-only, unless a plugin hook provides one.", nullable=True),
-    KeySpec("repair.timeout_seconds", NUMBER, 600,
-            "Timeout of one repair provider call; a call past it is killed and recorded as a `timeout`.", most=DAY_SECONDS),
-    KeySpec("repair.allowed_paths", STRINGS, [],
-            "Extra globs (from the project root) a repair may touch without asking, beside the plan's "
-            "`target_paths`."),
-    KeySpec("repair.allow_test_edits", BOOL, False,
-            "A repair may edit tests, conftest.py and files below test directories without asking; `false`: "
-            "such a diff needs scope approval or is rolled back."),
-    KeySpec("repair.allow_binary", BOOL, False,
-            "A repair's patch may change binary files; `false`: such a patch is refused before the approval "
-            "question."),
-    KeySpec("repair.approve", BOOL, False,
-            "Approve applying a repair provider's diff up front (as `--selfheal-approve`)."),
-    KeySpec("redaction.patterns", REGEXES, [],
-            "Extra regular expressions whose matches are redacted."),
-    KeySpec("redaction.env_names", STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
-            "Globs of environment variable names whose values are redacted; added to the four defaults, which "
-            "always apply."),
-    KeySpec("classification.rules", RULES, [],
-            "Extra classification rules, tried on a failure's message and text before the built-in ones."),
-    KeySpec("history.enabled", BOOL, True,
-            "Record every capture and iteration in `history.sqlite3` under the reports root and triage each "
-            "failure as new, known, flaky or quarantined."),
-    KeySpec("history.base_branch", STRING, "main",
-            "The branch whose failures count as `known` (in Actions, the pull request's or merge queue's base "
-            "branch wins)."),
-    KeySpec("history.flaky_rate", NUMBER, 0.1,
-            "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`.", most=1),
-    KeySpec("history.window_days", NUMBER, 30,
-            "How many days back flake rates look (`selfheal flaky`, triage).", most=3650),
-    KeySpec("history.quarantine_file", STRING, ".selfheal-quarantine.yml",
-            "The committed quarantine list, a path inside the project (no symbolic link); read from the base "
-            "revision for an event testing unmerged code.", shape=PATH),
-    KeySpec("new_tests.enabled", BOOL, True,
-            "On a pull request, `selfheal ci` re-runs the tests it adds or changes to catch a flaky one "
-            "([action.md](action.md#new-tests-are-checked-for-flakiness))."),
-    KeySpec("new_tests.reruns", INT, 5,
-            "Extra runs of each new or changed test, in an order shuffled by a recorded seed.", most=100),
-    KeySpec("new_tests.max_seconds", NUMBER, 120,
-            "Time cap of the new tests' re-runs; re-runs that do not fit are left out and named.", most=DAY_SECONDS),
-    KeySpec("new_tests.max_share", NUMBER, 0.2,
-            "Time cap of those re-runs as a share of the job's own test run, at least 30 s and at most "
-            "`new_tests.max_seconds`.", most=10),
-    KeySpec("new_tests.seed", INT, None,
-            "Seed of the re-runs' order; `null`: a fresh one each run, printed and kept in the report for "
-            "replay.", nullable=True, most=2**31 - 1),
-    KeySpec("mcp.max_chars", INT, 8000,
-            "Longest result a `selfheal mcp` tool returns; a longer one is cut with a note naming the tool "
-            "that gives more.", most=1_000_000),
-    KeySpec("gate.pytest_args", STRINGS, [],
-            "Arguments of a stop gate's `pytest --selfheal` run when no incident is open; with one open, its "
-            "capture's options are used.", judging=True, shape=PYTEST_ARGS),
-    KeySpec("gate.timeout_seconds", NUMBER, 300,
-            "Longest a stop gate's test run may take; past it the agent is let stop (fails open). `selfheal "
-            "stop-gate install` sets the hook's timeout 30 s higher.", judging=True, most=DAY_SECONDS),
-    KeySpec("gate.max_chars", INT, 4000,
-            "Longest message a stop gate hands the agent; a longer one is cut with a note naming `selfheal "
-            "show`.", most=1_000_000),
-)
+            "whole command (`full`) or none (`off`) ([loop.md](loop.md#the-regression-check)).", judging=True, choices=("affected", "full", "off"))
+    regression_budget_seconds: float = setting(NUMBER, 600,
+            "Timeout of one regression check; past it the iteration counts as a `timeout`, never a `success`.", judging=True, most=DAY_SECONDS)
 
+
+@dataclass(frozen=True)
+class RepairSettings:
+    command: Optional[tuple[str, ...]] = setting(ARGV, None,
+            "Repair provider argv, never run through a shell; placeholders `{prompt_file}` `{incident_id}` "
+            "`{worktree}` `{iteration}`. `null`: verify-only, unless a plugin hook provides one.", nullable=True)
+    timeout_seconds: float = setting(NUMBER, 600,
+            "Timeout of one repair provider call; a call past it is killed and recorded as a `timeout`.", most=DAY_SECONDS)
+    allowed_paths: tuple[str, ...] = setting(STRINGS, [],
+            "Extra globs (from the project root) a repair may touch without asking, beside the plan's "
+            "`target_paths`.")
+    allow_test_edits: bool = setting(BOOL, False,
+            "A repair may edit tests, conftest.py and files below test directories without asking; `false`: "
+            "such a diff needs scope approval or is rolled back.")
+    allow_binary: bool = setting(BOOL, False,
+            "A repair's patch may change binary files; `false`: such a patch is refused before the approval "
+            "question.")
+    approve: bool = setting(BOOL, False,
+            "Approve applying a repair provider's diff up front (as `--selfheal-approve`).")
+
+
+@dataclass(frozen=True)
+class RedactionSettings:
+    patterns: tuple[str, ...] = setting(REGEXES, [],
+            "Extra regular expressions whose matches are redacted.")
+    env_names: tuple[str, ...] = setting(STRINGS, ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*"],
+            "Globs of environment variable names whose values are redacted; added to the four defaults, which "
+            "always apply.")
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    enabled: bool = setting(BOOL, True,
+            "Record every capture and iteration in `history.sqlite3` under the reports root and triage each "
+            "failure as new, known, flaky or quarantined.")
+    base_branch: str = setting(STRING, "main",
+            "The branch whose failures count as `known` (in Actions, the pull request's or merge queue's base "
+            "branch wins).")
+    flaky_rate: float = setting(NUMBER, 0.1,
+            "A test whose recorded re-run passes exceed this share of its recorded failures is `flaky`.", most=1)
+    window_days: float = setting(NUMBER, 30,
+            "How many days back flake rates look (`selfheal flaky`, triage).", most=3650)
+    quarantine_file: str = setting(STRING, ".selfheal-quarantine.yml",
+            "The committed quarantine list, a path inside the project (no symbolic link); read from the base "
+            "revision for an event testing unmerged code.", shape=PATH)
+
+
+@dataclass(frozen=True)
+class NewTestsSettings:
+    enabled: bool = setting(BOOL, True,
+            "On a pull request, `selfheal ci` re-runs the tests it adds or changes to catch a flaky one "
+            "([action.md](action.md#new-tests-are-checked-for-flakiness)).")
+    reruns: int = setting(INT, 5,
+            "Extra runs of each new or changed test, in an order shuffled by a recorded seed.", most=100)
+    max_seconds: float = setting(NUMBER, 120,
+            "Time cap of the new tests' re-runs; re-runs that do not fit are left out and named.", most=DAY_SECONDS)
+    max_share: float = setting(NUMBER, 0.2,
+            "Time cap of those re-runs as a share of the job's own test run, at least 30 s and at most "
+            "`new_tests.max_seconds`.", most=10)
+    seed: Optional[int] = setting(INT, None,
+            "Seed of the re-runs' order; `null`: a fresh one each run, printed and kept in the report for "
+            "replay.", nullable=True, most=2**31 - 1)
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    max_chars: int = setting(INT, 8000,
+            "Longest result a `selfheal mcp` tool returns; a longer one is cut with a note naming the tool "
+            "that gives more.", most=1_000_000)
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    pytest_args: tuple[str, ...] = setting(STRINGS, [],
+            "Arguments of a stop gate's `pytest --selfheal` run when no incident is open; with one open, its "
+            "capture's options are used.", judging=True, shape=PYTEST_ARGS)
+    timeout_seconds: float = setting(NUMBER, 300,
+            "Longest a stop gate's test run may take; past it the agent is let stop (fails open). `selfheal "
+            "stop-gate install` sets the hook's timeout 30 s higher.", judging=True, most=DAY_SECONDS)
+    max_chars: int = setting(INT, 4000,
+            "Longest message a stop gate hands the agent; a longer one is cut with a note naming `selfheal "
+            "show`.", most=1_000_000)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective ``ralf_lite`` config as typed values, and the declaration of its keys:
+    each field (a group's field) is the key of its name, ``classification_rules`` the
+    configured rules compiled."""
+
+    enabled: bool = setting(BOOL, True,
+            "Master switch of the loop; `false` still captures incidents but stops the loop at once with "
+            "`disabled`.", judging=True)
+    max_iterations: int = setting(INT, 3,
+            "Most verification runs (the capture not counted) in one loop run; then it stops with "
+            "`max_iterations`.", judging=True, most=1000)
+    error_fingerprint_repeats: int = setting(INT, 2,
+            "Stop with `repeated_fingerprint` after the same fingerprint this many consecutive iterations.", judging=True, most=1000)
+    no_progress_repeats: int = setting(INT, 2,
+            "Stop with `no_progress` (or `replan_requested`) after this many consecutive iterations without "
+            "progress.", judging=True, most=1000)
+    apply_to: ApplyToSettings = ApplyToSettings()
+    max_runtime_minutes: Optional[float] = setting(NUMBER, None,
+            "Wall-clock budget of one loop; past it, it stops with `runtime_budget`. `null`: none.", nullable=True, judging=True, most=10_080)
+    auto_replan_on_no_progress: bool = setting(BOOL, False,
+            "On `no_progress`, set the status `plan_proposed`, regenerate the plan and stop with "
+            "`replan_requested` instead of escalating.")
+    reports_dir: str = setting(STRING, DEFAULT_REPORTS_DIR,
+            "Reports root (incidents, plans, runs, archive), inside the project root unless its invoker's flag gives it, every symbolic link on its way followed "
+            "([paths](#paths-commands-arguments-and-patterns)).", shape=PATH)
+    report_path: Optional[str] = setting(STRING, None,
+            "Where to write the loop report markdown, a path like `reports_dir`. `null`: no report file.", nullable=True, shape=PATH)
+    log_tail_lines: int = setting(INT, 200,
+            "Lines of failing output kept in an incident's `log_tail.txt` (after redaction).", most=100_000)
+    verification: VerificationSettings = VerificationSettings()
+    repair: RepairSettings = RepairSettings()
+    redaction: RedactionSettings = RedactionSettings()
+    classification_rules: tuple[Rule, ...] = setting(RULES, [],
+            "Extra classification rules, tried on a failure's message and text before the built-in ones.",
+            key="classification.rules")
+    history: HistorySettings = HistorySettings()
+    new_tests: NewTestsSettings = NewTestsSettings()
+    mcp: McpSettings = McpSettings()
+    gate: GateSettings = GateSettings()
+
+
+def _specs(cls: type, prefix: str = "") -> Iterator[KeySpec]:
+    for f in fields(cls):
+        if "spec" in f.metadata:
+            spec: KeySpec = f.metadata["spec"]
+            yield replace(spec, key=spec.key or prefix + f.name)
+        else:  # a group: its keys are its fields
+            yield from _specs(type(f.default), f"{prefix}{f.name}.")
+
+
+SCHEMA: tuple[KeySpec, ...] = tuple(_specs(Settings))
 SPECS: dict[str, KeySpec] = {spec.key: spec for spec in SCHEMA}
+# Objects under ralf_lite, merged key by key.
+GROUPS = frozenset(key.split(".")[0] for key in SPECS if "." in key)
 JUDGING_KEYS: tuple[str, ...] = tuple(spec.key for spec in SCHEMA if spec.judging)
 
 

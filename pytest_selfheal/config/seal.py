@@ -415,12 +415,11 @@ def take_seal(
     extra_code: Iterable[str] = (),
     environ: Optional[Mapping[str, str]] = None,
     path: Optional[Sequence[str]] = None,
-    hasher: Optional[Hasher] = None,
 ) -> Seal:
     """The seal of a run in ``rootdir`` that collected ``test_files``. ``extra_code``: more
     modules whose context reads are recorded (the failures' target paths: an xdist
     controller imports none of the code under test)."""
-    hasher = hasher or Hasher()
+    hasher = Hasher()
     # A module of the code under test collected for its doctests (``--doctest-modules``) is
     # code under repair; its docstrings are test code, judged by the incident's test digests.
     tests = sorted({posixpath.normpath(t) for t in test_files

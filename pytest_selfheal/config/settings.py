@@ -38,6 +38,7 @@ from pytest_selfheal.config.keys import (
     STRING,
     STRINGS,
     KeySpec,
+    Settings,
     nest,
     outside_project,
     rule_checks,
@@ -45,7 +46,7 @@ from pytest_selfheal.config.keys import (
     text_problem,
 )
 from pytest_selfheal.errors import ConfigError, describe_value
-from pytest_selfheal.names import DEFAULT_REPORTS_DIR, INI_KEYS, INI_OVERRIDES
+from pytest_selfheal.names import INI_KEYS, INI_OVERRIDES
 
 if TYPE_CHECKING:
     from pytest_selfheal.analysis.rules import Rule
@@ -88,109 +89,19 @@ class ConfigLayer:
         return cls(origin, dict(_flatten(origin, section)))
 
 
-@dataclass(frozen=True)
-class ApplyToSettings:
-    auto_tasks: bool = True
-    autonomous_plans: bool = True
-    tdd_tasks: bool = False
-
-
-@dataclass(frozen=True)
-class VerificationSettings:
-    allowlist: tuple[str, ...] = ("pytest",)
-    timeout_seconds: float = 900
-    args: tuple[str, ...] = ()
-    localise: bool = True
-    regression: str = "affected"  # affected | full | off (loop/regression.py)
-
-
-@dataclass(frozen=True)
-class RepairSettings:
-    command: Optional[tuple[str, ...]] = None
-    timeout_seconds: float = 600
-    allowed_paths: tuple[str, ...] = ()
-    approve: bool = False
-    allow_test_edits: bool = False
-    allow_binary: bool = False
-
-
-@dataclass(frozen=True)
-class RedactionSettings:
-    patterns: tuple[str, ...] = ()
-    env_names: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*")
-
-
-@dataclass(frozen=True)
-class HistorySettings:
-    enabled: bool = True
-    base_branch: str = "main"
-    flaky_rate: float = 0.1
-    window_days: float = 30
-    quarantine_file: str = ".selfheal-quarantine.yml"
-
-
-@dataclass(frozen=True)
-class NewTestsSettings:
-    enabled: bool = True
-    reruns: int = 5
-    max_seconds: float = 120
-    max_share: float = 0.2
-    seed: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class McpSettings:
-    max_chars: int = 8000
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    pytest_args: tuple[str, ...] = ()
-    timeout_seconds: float = 300
-    max_chars: int = 4000
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The effective ``ralf_lite`` config as typed values: each field (a group's field) is the
-    key of its name, ``classification_rules`` the configured rules compiled. The defaults
-    equal the built-in defaults (a test checks it)."""
-
-    enabled: bool = True
-    max_iterations: int = 3
-    error_fingerprint_repeats: int = 2
-    no_progress_repeats: int = 2
-    apply_to: ApplyToSettings = ApplyToSettings()
-    max_runtime_minutes: Optional[float] = None
-    auto_replan_on_no_progress: bool = False
-    reports_dir: str = DEFAULT_REPORTS_DIR
-    report_path: Optional[str] = None
-    log_tail_lines: int = 200
-    verification: VerificationSettings = VerificationSettings()
-    repair: RepairSettings = RepairSettings()
-    redaction: RedactionSettings = RedactionSettings()
-    classification_rules: tuple[Rule, ...] = ()
-    history: HistorySettings = HistorySettings()
-    new_tests: NewTestsSettings = NewTestsSettings()
-    mcp: McpSettings = McpSettings()
-    gate: GateSettings = GateSettings()
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Settings:
-        """The typed view of a merge's values (every key present, each already checked)."""
-        def typed(key: str) -> Any:
-            value = values[key]
-            return tuple(value) if isinstance(value, list) else value
-
-        fields: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if dataclasses.is_dataclass(f.default):  # a group: its keys are its fields
-                group: Any = type(f.default)
-                fields[f.name] = group(**{g.name: typed(f"{f.name}.{g.name}") for g in dataclasses.fields(group)})
-            elif f.name != "classification_rules":
-                fields[f.name] = typed(f.name)
-        rules = values["classification.rules"]
-        return cls(**fields, classification_rules=tuple(_parsed_rules(rules, "classification.rules")) if rules else ())
+def _typed(values: Mapping[str, Any], cls: type = Settings, prefix: str = "") -> Any:
+    """The typed view of a merge's values (every key present, each already checked)."""
+    typed: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if "spec" not in f.metadata:  # a group: its keys are its fields
+            typed[f.name] = _typed(values, type(f.default), f"{prefix}{f.name}.")
+            continue
+        key = f.metadata["spec"].key or prefix + f.name
+        value = values[key]
+        if f.metadata["spec"].kind == RULES:
+            value = _parsed_rules(value, key) if value else ()
+        typed[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**typed)
 
 
 @dataclass(frozen=True)
@@ -451,7 +362,7 @@ def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
         for dotted, value in layer.values.items():
             values[dotted] = copy.deepcopy(value)  # the result's lists are its own
             origins[dotted] = layer.origin
-    settings = Settings.from_values(values)
+    settings = _typed(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings)
 
 
@@ -503,7 +414,7 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
             continue
         if values[key] != effective.get(key):
             origins[key] = origin
-    settings = Settings.from_values(values)
+    settings = _typed(values)
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
 
 

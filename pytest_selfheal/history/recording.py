@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 from pytest_selfheal.errors import SelfhealError, one_line
-from pytest_selfheal.gitrepo import git_context
+from pytest_selfheal.gitrepo import git_snapshot
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segments import segments_dir, single_run, write_segment
@@ -28,7 +28,7 @@ from pytest_selfheal.store.events import format_ts
 
 
 class HistorySection(Protocol):
-    """The ``history`` settings (``config.settings.HistorySettings``) as this module reads them."""
+    """The ``history`` settings (``config.keys.HistorySettings``) as this module reads them."""
 
     @property
     def enabled(self) -> bool: ...
@@ -81,7 +81,7 @@ def run_info(
     ``git`` context, else git itself), the repository of that branch, CI ids."""
     source = os.environ if env is None else env
     if git is None:
-        git = git_context(project_root) or GitContext()
+        git = git_snapshot(project_root, diff_hash=False).context or GitContext()
     branch = source.get("GITHUB_HEAD_REF") or source.get("GITHUB_REF_NAME") or git.branch
     commit = source.get("GITHUB_SHA") or git.commit
     return hr.RunInfo(

@@ -52,6 +52,3 @@ def nodeid_by_identity(nodeids: Sequence[str], prefix: str = "") -> dict[str, st
         classname, name = mangle_nodeid(nodeid, prefix)
         mapping[f"{classname}::{name}" if classname else name] = nodeid
     return mapping
-
-
-__all__: list[str] = ["mangle_nodeid", "nodeid_by_identity", "xml_escape_visible"]

@@ -49,18 +49,11 @@ class _Refused(Exception):
     """Raised from inside expat's handlers: expat stops at once."""
 
 
-def _parse_time(value: Optional[str]) -> float:
+def _parse(convert: Callable[[str], T], value: Optional[str], default: T) -> T:
     try:
-        return float(value.replace(",", "")) if value else 0.0  # Surefire writes "1,234.5"
+        return convert(value) if value else default
     except ValueError:
-        return 0.0
-
-
-def _parse_line(value: Optional[str]) -> Optional[int]:
-    try:
-        return None if value is None else int(value)
-    except ValueError:
-        return None
+        return default
 
 
 def _keeps_previous(previous_outcome: str, new: models.TestCaseResult) -> bool:
@@ -85,8 +78,8 @@ class _Latest:
     def add(self, case: models.TestCaseResult) -> bool:
         """Take the next record; False for the first failing test beyond the limit (counted)."""
         previous = self.kept.get(case.test)
-        if case.outcome not in models.FAILING_OUTCOMES:
-            self.passed(case.test)
+        if case.outcome not in models.FAILING_OUTCOMES:  # a failing test that passed on rerun is not failing
+            self.kept.pop(case.test, None)
         elif previous is None and len(self.kept) >= self.limit:
             self.not_kept += 1
             return False
@@ -95,13 +88,9 @@ class _Latest:
             self.kept[case.test] = (case.outcome, self.keep(case))
         return True
 
-    def passed(self, test: str) -> None:
-        """A passing (or skipped) record: a failing test that passed on rerun is not failing."""
-        self.kept.pop(test, None)
-
     def warn(self, warnings: Optional[list[str]], label: str = "") -> None:
         if self.not_kept:
-            _warn(warnings, f"{label}{not_kept_warning(self.not_kept, self.limit)}")
+            _warn(warnings, f"{label}{self.not_kept} more failures not kept (at most {self.limit} per document)")
 
 
 class _Reader:
@@ -178,7 +167,7 @@ class _Reader:
                 if not self.latest.add(self._result()):
                     self._count_only()
             elif self.latest.kept:
-                self.latest.passed(_test_id(self.attrs))
+                self.latest.kept.pop(_test_id(self.attrs), None)
         elif depth == 1:
             self.root_closed = True
 
@@ -198,8 +187,8 @@ class _Reader:
         return models.TestCaseResult(
             classname=bounded_name(attrs.get("classname", "")), name=bounded_name(attrs.get("name", "")),
             outcome=self.outcome, message="" if passed else self.message, exc_type="" if passed else self.exc_type,
-            text=text, file=attrs.get("file"), line=_parse_line(attrs.get("line")),
-            time=_parse_time(attrs.get("time")),
+            text=text, file=attrs.get("file"), line=_parse(int, attrs.get("line"), None),
+            time=_parse(lambda t: float(t.replace(",", "")), attrs.get("time"), 0.0),  # Surefire writes "1,234.5"
         )
 
     def chars(self, data: str) -> None:
@@ -222,11 +211,6 @@ def text_marker(dropped: int) -> str:
     return f"[... truncated by selfheal: {dropped} characters]"
 
 
-def not_kept_warning(count: int, limit: int) -> str:
-    """The line that reports failing tests beyond the ``limit`` kept per document."""
-    return f"{count} more failures not kept (at most {limit} per document)"
-
-
 @contextlib.contextmanager
 def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
     if not isinstance(source, (str, Path)):
@@ -246,19 +230,15 @@ def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
         stream = open(fd, "rb")
     except FileNotFoundError:
         raise InputError(f"{label}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{label}: is a directory, not a junit XML file") from None
-    except PermissionError:
+    except (IsADirectoryError, PermissionError):
         # Windows reports a directory as PermissionError: say which it is.
         if os.path.isdir(source):
             raise InputError(f"{label}: is a directory, not a junit XML file") from None
         raise InputError(f"{label}: permission denied") from None
     except OSError as exc:
         raise InputError(f"{label}: cannot read ({exc.strerror or exc})") from None
-    try:
+    with stream:
         yield stream
-    finally:
-        stream.close()
 
 
 def _read(source: Source, reader: _Reader, warnings: Optional[list[str]]) -> Iterator[models.TestCaseResult]:
@@ -342,15 +322,9 @@ def _warn(warnings: Optional[list[str]], message: str) -> None:
 
 
 def iter_testcases(source: Source, *, warnings: Optional[list[str]] = None) -> Iterator[models.TestCaseResult]:
-    """Yield every ``<testcase>`` of a junit file, streaming, in document order.
-
-    ``source`` is a path or a binary file object. Raises :class:`errors.InputError` (one
-    line, prefixed with the file name) for a missing/unreadable file or a directory, an
-    empty file, non-XML, a root other than ``<testsuites>``/``<testsuite>``, any
-    DOCTYPE/ENTITY declaration, and XML malformed before its end. A file that simply
-    stops (truncated mid-write) yields its complete testcases and appends a warning to
-    ``warnings``. Rerun records are yielded as they are: see :func:`dedupe`.
-    """
+    """Every ``<testcase>`` of a junit file (a path or a binary stream) in document order,
+    rerun records as they are (:func:`dedupe`); :class:`errors.InputError` (one line, naming
+    the file) for what the module docstring refuses, a ``warnings`` line for a cut file."""
     return _read(source, _Reader(), warnings)
 
 
@@ -361,16 +335,10 @@ def map_failing(
     warnings: Optional[list[str]] = None,
     limit: Optional[int] = None,
 ) -> list[T]:
-    """``transform`` of each failing testcase of a junit file, reruns de-duplicated.
-
-    Same result as ``[transform(c) for c in latest_failing(iter_testcases(source))]``
-    (same errors and warnings), several times faster on big files: passing testcases are
-    never materialised, and memory holds one ``transform`` result per failing test
-    (``transform`` may also run for a record that a later rerun supersedes). At most
-    ``limit`` (default :data:`MAX_FAILURES`) failing tests are kept: from the first failing
-    test beyond them on, the rest of the document is only counted from its bytes (reruns
-    are no longer applied), in a ``warnings`` line ("N more failures not kept").
-    """
+    """``[transform(c) for c in latest_failing(iter_testcases(source))]`` (same errors and
+    warnings), several times faster on big files: passing testcases are never built, and
+    memory holds one ``transform`` result per failing test. Past ``limit`` failing tests the
+    rest of the document is only counted from its bytes (reruns no longer applied)."""
     latest = _Latest(limit, transform)
     for _ in _read(source, _Reader(latest), warnings):
         pass  # with a transform, nothing is yielded
@@ -378,19 +346,13 @@ def map_failing(
 
 
 def dedupe(cases: Iterable[models.TestCaseResult]) -> list[models.TestCaseResult]:
-    """One record per test identity (``classname::name``): the last record wins.
-
-    Reruns appear as several ``<testcase>`` records of one identity; the final attempt
-    is the outcome (exception: pytest's call-failure + teardown-error pair keeps the
-    failure). Order is that of each identity's first appearance. Holds one record per
-    identity; for the failing ones only, in bounded memory, see :func:`latest_failing`.
-    """
+    """One record per test identity (``classname::name``), in order of first appearance: the
+    last record wins (the final attempt), but pytest's call failure stands against the
+    teardown error that follows it."""
     by_test: dict[str, models.TestCaseResult] = {}
     for case in cases:
         previous = by_test.get(case.test)
-        if previous is None or not (
-            previous.outcome in models.FAILING_OUTCOMES and _keeps_previous(previous.outcome, case)
-        ):
+        if previous is None or not _keeps_previous(previous.outcome, case):
             by_test[case.test] = case
     return list(by_test.values())
 
@@ -401,13 +363,8 @@ def latest_failing(
     limit: Optional[int] = None,
     warnings: Optional[list[str]] = None,
 ) -> list[models.TestCaseResult]:
-    """The failing records of ``dedupe(cases)`` (the same records), holding failing ones only.
-
-    A later passing (or skipped) record of a failing identity removes it (a flaky test
-    that passed on rerun); a later failing record replaces it. At most ``limit`` failing
-    tests are kept: from the first failing test beyond them on, failing records are only
-    counted (reruns no longer applied), in a ``warnings`` line, as :func:`map_failing` does.
-    """
+    """The failing records of ``dedupe(cases)``, holding failing ones only; past ``limit``
+    failing tests the rest are only counted (reruns no longer applied), as :func:`map_failing` does."""
     latest = _Latest(limit, lambda case: case)
     records = iter(cases)
     for case in records:

@@ -82,7 +82,3 @@ def rerun_junit(cases: Sequence[RerunCase], *, suite_name: str, prefix: str = ""
     document.add_testsuite(suite)
     body: bytes = document.tostring()  # type: ignore[no-untyped-call]
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + body + b"\n"
-
-
-__all__ = ["FAILED", "PASSED", "QUARANTINED_PROPERTY", "SKIPPED", "TRIAGE_PROPERTY", "FailedRun", "RerunCase",
-           "rerun_junit"]

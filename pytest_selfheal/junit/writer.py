@@ -66,6 +66,3 @@ def junit_case(report: Any, nodeid: str, prefix: str = "") -> TestCaseResult:
         line=location[1] + 1 if location and location[1] is not None else None,
         time=float(f"{float(getattr(report, 'duration', 0.0) or 0.0):.3f}"),
     )
-
-
-__all__: list[str] = ["crash_message", "failure_text", "junit_case", "junit_message"]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from pytest_selfheal.config.settings import Settings
+from pytest_selfheal.config.keys import Settings
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.incident import Failure, Incident

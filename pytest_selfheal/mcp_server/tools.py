@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
-from pytest_selfheal.config.settings import EffectiveConfig, McpSettings, parse_override
+from pytest_selfheal.config.keys import McpSettings
+from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import NOT_AN_ITERATION, open_incidents, recorded_options
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED

@@ -181,18 +181,21 @@ BUILTIN_KINDS: tuple[str, ...] = (
     "shortened_item",
 ) + tuple(dict.fromkeys(kind.kind for kind in TOKEN_KINDS))
 
+def _labels_in(folded: str, start: int = 0, end: Optional[int] = None) -> Iterator[re.Match[str]]:
+    """The labels that start at a trigger between ``start`` and ``end``."""
+    for candidate in _LABEL_TRIGGER().finditer(folded, start, len(folded) if end is None else end):
+        m = _LABELS().match(folded, candidate.start())
+        if m is not None:
+            yield m
+
+
 def _extend_over_swallowed_labels(folded: str, value_start: int, end: int) -> int:
     """Where the redaction of a value must end: past the value of a label that starts inside
     it (in ``PASSWD=DB_PASSWORD='x'`` the value ``DB_PASSWORD=`` would leave ``'x'`` bare)."""
-    while True:
-        for inner in _LABEL_TRIGGER().finditer(folded, max(value_start, end - _MAX_LABEL_SPAN), end):
-            nested = _LABELS().match(folded, inner.start())
-            if nested is not None and nested.end() > end:
-                value_start = nested.start(f"{_label_kind(nested)}_value")
-                end = nested.end()
-                break
-        else:
-            return end
+    while (nested := next((n for n in _labels_in(folded, max(value_start, end - _MAX_LABEL_SPAN), end)
+                           if n.end() > end), None)) is not None:
+        value_start, end = nested.start(f"{_label_kind(nested)}_value"), nested.end()
+    return end
 
 
 _WORD_BEFORE = lazy(r"[a-z0-9_\-]{0,64}$")
@@ -248,23 +251,15 @@ def _labels_pass(text: str, folded: str) -> str:
     """Replace label values, matching on ``folded`` (lower-cased ``text``, same indexes)."""
     out: list[str] = []
     last = 0
-    for candidate in _LABEL_TRIGGER().finditer(folded):
-        start = candidate.start()
-        if start < last:  # inside a value already replaced
-            continue
-        m = _LABELS().match(folded, start)
-        if m is None or _in_path(folded, start):
+    for m in _labels_in(folded):
+        start = m.start()
+        if start < last or _in_path(folded, start):  # inside a value already replaced, or a file name
             continue
         # Prefer the label nearest its value: "TOKENAuthorization: Bearer x" is an
         # Authorization header, not token="Authorization:" (the suffix swallowed a label).
-        while m.start("assign_label") != -1:
-            for inner in _LABEL_TRIGGER().finditer(folded, start + 1, m.start("assign_value")):
-                nearer = _LABELS().match(folded, inner.start())
-                if nearer is not None:
-                    start, m = inner.start(), nearer
-                    break
-            else:
-                break
+        while m.start("assign_label") != -1 and (
+                nearer := next(_labels_in(folded, start + 1, m.start("assign_value")), None)) is not None:
+            start, m = nearer.start(), nearer
         if _names_no_value(m, folded):
             continue
         end = _extend_over_swallowed_labels(folded, m.start(f"{_label_kind(m)}_value"), m.end())
@@ -470,7 +465,7 @@ class Redactor:
 
 
 class RedactionSection(Protocol):
-    """The ``redaction`` settings (``config.settings.RedactionSettings``), as this module reads them."""
+    """The ``redaction`` settings (``config.keys.RedactionSettings``), as this module reads them."""
 
     @property
     def patterns(self) -> Sequence[str]: ...

@@ -30,20 +30,17 @@ def _wrapping(cls: str, low: int, high: int) -> str:
 
 
 class TokenKind:
-    """A token format: its literal needles (its pass is skipped unless one occurs), its regex,
-    and for a format of fixed length that length and its prefix's. (A plain class: a
-    NamedTuple costs every capture its creation at import.)"""
+    """A token format: its literal needles (its pass is skipped unless one occurs), its regex
+    (``head`` and a run of ``[cls]{low,high}`` that may wrap, or ``regex`` whole), and for a
+    format of fixed length that length and its prefix's. (A plain class: a NamedTuple costs
+    every capture its creation at import.)"""
 
     __slots__ = ("fixed", "kind", "needles", "prefix", "regex")
 
-    def __init__(self, kind: str, needles: tuple[str, ...], regex: str, fixed: Optional[int] = None,
-                 prefix: int = 0) -> None:
-        self.kind, self.needles, self.regex, self.fixed, self.prefix = kind, needles, regex, fixed, prefix
-
-
-def _kind(kind: str, needles: tuple[str, ...], head: str, cls: str, low: int, high: int,
-          fixed: Optional[int] = None, prefix: int = 0) -> TokenKind:
-    return TokenKind(kind, needles, head + _wrapping(cls, low, high), fixed, prefix)
+    def __init__(self, kind: str, needles: tuple[str, ...], head: str, cls: str = "", low: int = 0, high: int = 0,
+                 fixed: Optional[int] = None, prefix: int = 0, *, regex: str = "") -> None:
+        self.kind, self.needles, self.fixed, self.prefix = kind, needles, fixed, prefix
+        self.regex = regex or head + _wrapping(cls, low, high)
 
 
 _B64URL = "A-Za-z0-9_\\-"
@@ -51,27 +48,27 @@ _B64URL = "A-Za-z0-9_\\-"
 TOKEN_KINDS: tuple[TokenKind, ...] = (
     # GitHub: classic PAT, OAuth, user-to-server, server-to-server, refresh (36 characters);
     # fine-grained PAT (82).
-    _kind("github_token", ("gh",), "gh[pousr]_", "A-Za-z0-9", 10, 255, 36, 4),
-    _kind("github_token", ("github_pat_",), "github_pat_", "A-Za-z0-9_", 10, 255, 82, 11),
+    TokenKind("github_token", ("gh",), "gh[pousr]_", "A-Za-z0-9", 10, 255, 36, 4),
+    TokenKind("github_token", ("github_pat_",), "github_pat_", "A-Za-z0-9_", 10, 255, 82, 11),
     # OpenAI-style secret keys (sk-..., sk-proj-...).
-    _kind("sk_key", ("sk-",), "sk-(?:proj-|svcacct-)?", _B64URL, 20, 255),
+    TokenKind("sk_key", ("sk-",), "sk-(?:proj-|svcacct-)?", _B64URL, 20, 255),
     # AWS access key ids (long-term AKIA, temporary ASIA) and Google API keys.
-    _kind("aws_key_id", ("AKIA", "ASIA"), "A[KS]IA", "0-9A-Z", 16, 16, 16, 4),
-    _kind("google_api_key", ("AIza",), "AIza", _B64URL, 35, 35, 35, 4),
+    TokenKind("aws_key_id", ("AKIA", "ASIA"), "A[KS]IA", "0-9A-Z", 16, 16, 16, 4),
+    TokenKind("google_api_key", ("AIza",), "AIza", _B64URL, 35, 35, 35, 4),
     # Slack bot/user/app/refresh tokens.
-    _kind("slack_token", ("xox", "xapp-"), "x(?:ox[abprse]-|app-[0-9]-)", "A-Za-z0-9-", 10, 255),
+    TokenKind("slack_token", ("xox", "xapp-"), "x(?:ox[abprse]-|app-[0-9]-)", "A-Za-z0-9-", 10, 255),
     # JWTs: base64url header and payload both start with '{"' -> "eyJ".
-    TokenKind("jwt", ("eyJ",), r"eyJ" + _wrapping(_B64URL, 2, 8192) + r"\.(?:\r?\n)?eyJ"
+    TokenKind("jwt", ("eyJ",), "", regex=r"eyJ" + _wrapping(_B64URL, 2, 8192) + r"\.(?:\r?\n)?eyJ"
               + _wrapping(_B64URL, 2, 65536) + r"\.(?:\r?\n)?" + _wrapping(_B64URL, 0, 8192)),
-    _kind("pypi_token", ("pypi-AgE",), "pypi-AgE", _B64URL, 20, 512),
-    _kind("npm_token", ("npm_",), "npm_", "A-Za-z0-9", 36, 36, 36, 4),
-    _kind("stripe_key", ("k_live_", "k_test_"), "[sr]k_(?:live|test)_", "0-9A-Za-z", 16, 255),
+    TokenKind("pypi_token", ("pypi-AgE",), "pypi-AgE", _B64URL, 20, 512),
+    TokenKind("npm_token", ("npm_",), "npm_", "A-Za-z0-9", 36, 36, 36, 4),
+    TokenKind("stripe_key", ("k_live_", "k_test_"), "[sr]k_(?:live|test)_", "0-9A-Za-z", 16, 255),
     # GitLab personal/project/group access tokens.
-    _kind("gitlab_token", ("glpat-",), "glpat-", _B64URL, 20, 255),
+    TokenKind("gitlab_token", ("glpat-",), "glpat-", _B64URL, 20, 255),
     # Hugging Face access tokens: "hf_" + 34 letters and digits (no "_": identifiers stay).
-    _kind("huggingface_token", ("hf_",), "hf_", "A-Za-z0-9", 30, 255, 34, 3),
+    TokenKind("huggingface_token", ("hf_",), "hf_", "A-Za-z0-9", 30, 255, 34, 3),
     # SendGrid API keys: "SG." + 22 + "." + 43.
-    TokenKind("sendgrid_key", ("SG.",), r"SG\.[A-Za-z0-9_\-]{16,64}\.[A-Za-z0-9_\-]{16,128}"),
+    TokenKind("sendgrid_key", ("SG.",), "", regex=r"SG\.[A-Za-z0-9_\-]{16,64}\.[A-Za-z0-9_\-]{16,128}"),
 )
 
 _TOKEN_PASSES: tuple[tuple[TokenKind, Callable[[], re.Pattern[str]]], ...] = tuple(

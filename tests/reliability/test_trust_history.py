@@ -17,7 +17,7 @@ from fake_github import FakeGitHub
 from helpers import cli, make_project, run_env
 from test_ci import actions_env, outputs_of, run_ci
 
-from pytest_selfheal.config.settings import HistorySettings
+from pytest_selfheal.config.keys import HistorySettings
 from pytest_selfheal.errors import EXIT_OK, EXIT_REFUSED, EXIT_UNRESOLVED
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
