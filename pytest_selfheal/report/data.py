@@ -175,18 +175,14 @@ def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Opt
              for a in calls[-REPAIR_CALLS_SHOWN:] if a.repair is not None]
     if len(calls) > REPAIR_CALLS_SHOWN:
         lines.insert(0, f"{len(calls)} repair calls, the last {REPAIR_CALLS_SHOWN}:")
-    if block is not None:
-        named = block.final_patch and not all(f in block.message for f in block.files_changed)
-        files = f" ({', '.join(block.files_changed)})" if block.files_changed and named else ""
-        lines.append(f"{block.final_patch or 'patch'}: {block.message or 'no change was proposed'}{files}")
-    return {
-        "provider_calls": block.provider_calls if block is not None else len(calls),
-        "final_patch": block.final_patch if block is not None else None,
-        "applied": bool(block is not None and block.applied),
-        "applied_to": block.applied_to if block is not None else None,
-        "files_changed": list(block.files_changed) if block is not None else [],
-        "summary": lines,
-    }
+    if block is None:
+        return {"provider_calls": len(calls), "final_patch": None, "applied": False, "applied_to": None,
+                "files_changed": [], "summary": lines}
+    named = block.final_patch and not all(f in block.message for f in block.files_changed)
+    files = f" ({', '.join(block.files_changed)})" if block.files_changed and named else ""
+    lines.append(f"{block.final_patch or 'patch'}: {block.message or 'no change was proposed'}{files}")
+    return {"provider_calls": block.provider_calls, "final_patch": block.final_patch, "applied": bool(block.applied),
+            "applied_to": block.applied_to, "files_changed": list(block.files_changed), "summary": lines}
 
 
 def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool,
