@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Optional
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
-from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.frames import target_paths
 from pytest_selfheal.analysis.rules import parse_hook_rules, rules_for_run
 from pytest_selfheal.analysis.testfiles import digests, test_code_paths
@@ -57,10 +56,9 @@ class CaptureResult:
     wrote them (the input of the run's report), and the lines for the terminal summary."""
 
     incident_id: str
-    failures: list[Failure]
     incident: Incident
-    plan: Optional[Plan] = None
-    summary_lines: list[str] = field(default_factory=list)
+    plan: Optional[Plan]
+    summary_lines: list[str]
 
 
 def log_tail(reports: Reports, max_lines: int) -> str:
@@ -73,34 +71,6 @@ def log_tail(reports: Reports, max_lines: int) -> str:
         dropped = len(lines) - max_lines
         lines = [f"[... {dropped} earlier lines omitted ...]"] + lines[-max_lines:]
     return "\n".join(lines) + "\n"
-
-
-def fingerprint_reports(
-    reports: Reports,
-    *,
-    rules: Sequence[Rule],
-    junit_path: Optional[Path] = None,
-    prefix: str = "",
-    warnings: Optional[list[str]] = None,
-    redactor: Optional[Redactor] = None,
-) -> list[Failure]:
-    """Fingerprint and classify the failing reports from their junit testcases: the user's
-    ``--junitxml`` (``junit_path``) read like any other runner's, or each report's own.
-
-    Secrets are redacted from the junit text *before* fingerprinting, so a signature on
-    disk never holds one and its hash is the hash of what is written.
-    """
-    read: Iterable[TestCaseResult]
-    if junit_path is not None and junit_path.is_file():
-        read = iter_testcases(junit_path, warnings=warnings)
-    else:
-        read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
-    cases = redact_cases(read, redactor)
-    failures = failures_from_cases(cases, extra_rules=rules, warnings=warnings)
-    known = {nodeid for nodeid, _ in reports}
-    failures = attach_nodeids(failures, reports, prefix)
-    # A user's --junitxml holds the whole run; keep what this run's reports say failed.
-    return [f for f in failures if f.nodeid in known] or failures
 
 
 def invocation_dir(config: pytest.Config) -> str:
@@ -175,28 +145,34 @@ def analyse_run(
     config: pytest.Config,
     effective: EffectiveConfig,
     reports: Reports,
-    evidence: Mapping[str, RootCause] = MappingProxyType({}),
+    evidence: Mapping[str, RootCause],
     warnings: list[str],
-    redactor: Optional[Redactor] = None,
+    redactor: Redactor,
     user_junit: bool = True,
 ) -> list[Failure]:
     """Fingerprinted, classified, redacted failures of this run's failing reports (their node
     ids already redacted, as written), with target paths and ``evidence`` (by node id as
-    written). ``redactor``: the run's (default: built from ``effective``).
-    ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
-    that passed on re-run, which it holds as passing tests."""
+    written), from their junit testcases: the user's ``--junitxml`` read like any other
+    runner's (``user_junit``; not for failed runs that passed on re-run, which it holds as
+    passing tests), or each report's own. Secrets are redacted from the junit text before
+    fingerprinting: a signature on disk never holds one and its hash is that of what is written."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
-    redactor = redactor or effective.redactor
-    failures = fingerprint_reports(
-        reports,
-        rules=rules_for_run(effective.settings.classification_rules,
-                            parse_hook_rules(hooks.classification_rules(config.pluginmanager))),
-        junit_path=Path(xmlpath) if xmlpath else None,
-        prefix=_junit_prefix(config),
-        warnings=warnings,
-        redactor=redactor,
-    )
+    prefix = _junit_prefix(config)
+    read: Iterable[TestCaseResult]
+    if xmlpath and Path(xmlpath).is_file():
+        read = iter_testcases(Path(xmlpath), warnings=warnings)
+    else:
+        read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
+    rules = rules_for_run(effective.settings.classification_rules,
+                          parse_hook_rules(hooks.classification_rules(config.pluginmanager)))
+    failures = failures_from_cases(redact_cases(read, redactor), extra_rules=rules, warnings=warnings)
+    known = {nodeid for nodeid, _ in reports}
+    failures = attach_nodeids(failures, reports, prefix)
+    # A user's --junitxml holds the whole run; keep what this run's reports say failed.
+    failures = [f for f in failures if f.nodeid in known] or failures
     return with_target_paths(failures, reports, evidence, Path(config.rootpath), invocation_dir(config))
+
+
 
 
 def capture_incident(
@@ -270,7 +246,7 @@ def capture_incident(
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
     lines += failure_lines(passed_on_rerun, history.triage)
-    return CaptureResult(incident_id, list(failures), written[0][0], written[0][1], lines)
+    return CaptureResult(incident_id, written[0][0], written[0][1], lines)
 
 
 def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
