@@ -355,22 +355,20 @@ def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
 
 
 def _is_dict(items: Sequence[str]) -> bool:
-    return any(_top_level_colon(item) for item in items)
-
-
-def _top_level_colon(item: str) -> bool:
-    depth, quote = 0, ""
-    for char in item:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == ":" and depth == 0:
-            return True
+    """Whether an item holds a colon outside quotes and brackets (``k: v``)."""
+    for item in items:
+        depth, quote = 0, ""
+        for char in item:
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            elif char == ":" and depth == 0:
+                return True
     return False
 
 
@@ -395,15 +393,17 @@ def unordered(text: str, depth: int = 0) -> str:
     for number, (start, end, opener, raw) in enumerate(literals):
         items = [unordered(item, depth + 1) for item in raw]
         literals[number] = (start, end, opener, items)
-        if opener in "[(" or (opener == "{" and not _is_dict(items)):
-            if any("..." in item for item in items):
-                # pytest elided the middle of a long repr: which items show depends on the
-                # order, so the visible part is noise. Same test, same shape: same failure.
-                replaced[number] = opener + "..." + _OPENERS[opener]
-                continue
-        if opener == "{" and items and not _is_dict(items):
+        is_set = opener == "{" and not _is_dict(items)
+        if (opener in "[(" or is_set) and any("..." in item for item in items):
+            # pytest elided the middle of a long repr: which items show depends on the
+            # order, so the visible part is noise. Same test, same shape: same failure.
+            replaced[number] = opener + "..." + _OPENERS[opener]
+            continue
+        if is_set and items:
             items = sorted(items)
-        elif opener in "[(" and len(items) > 1 and _is_literal(text, start):
+        # "f(1, 2)" and "x[1, 2]" are a call and a subscript, not a tuple and a list.
+        elif opener in "[(" and len(items) > 1 and (
+                start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")):
             sequences.setdefault(tuple(sorted(items)), []).append(number)
         if items != raw:
             replaced[number] = opener + ", ".join(items) + _OPENERS[opener]
@@ -423,11 +423,6 @@ def unordered(text: str, depth: int = 0) -> str:
             last = end
     parts.append(text[last:])
     return "".join(parts)
-
-
-def _is_literal(text: str, start: int) -> bool:
-    # "f(1, 2)" and "x[1, 2]" are a call and a subscript, not a tuple and a list.
-    return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")
 
 
 # Pure, and failures repeat (one broken fixture fails a hundred tests the same way):

@@ -64,8 +64,7 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
-    if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
-                                                 and config.getini("selfheal_spectrum")):
+    if flag_or_ini(config, "selfheal_spectrum"):
         # Imported here: only --selfheal-spectrum records what each test runs.
         from pytest_selfheal.capture.spectrum import SpectrumHook
 
@@ -81,6 +80,12 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
     config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run, read_files),
                                   RECORDER_PLUGIN)
+
+
+def flag_or_ini(config: pytest.Config, name: str) -> bool:
+    """Whether the ``--selfheal-*`` flag ``name`` is on, else its ini option when the flag is not given."""
+    flag = config.getoption(name)
+    return bool(flag) if flag is not None else bool(config.getini(name))
 
 
 def has_config(config: pytest.Config) -> bool:
@@ -477,11 +482,6 @@ class Recorder:
         """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
         path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
         return path is not None and path.is_file()
-
-    def loop_requested(self) -> bool:
-        """--selfheal-loop, or its ini option."""
-        flag = self.config.getoption("selfheal_loop")
-        return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
 
     def outcomes_incidents(self) -> set[str]:
         """Open incidents this run recorded an attempt for."""

@@ -23,7 +23,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segments import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
-from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
+from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder, flag_or_ini
 from pytest_selfheal.records.incident import RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
@@ -168,7 +168,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
                 passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
-        if recorder.loop_requested():
+        if flag_or_ini(recorder.config, "selfheal_loop"):
             recorder.captured = recorder.loop_side().run_loop(recorder.captured)
     if passed_on_rerun:
         lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,

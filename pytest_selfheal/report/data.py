@@ -272,15 +272,10 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
             also_where=action.also_where,
         ))
 
-    new_failures: list[NewFailure] = []
-    seen: set[tuple[str, str]] = set()
+    new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
     for attempt in attempts:
         for failure in attempt.new_failures:
-            key = (_failure_id(failure) or "", failure.fingerprint)
-            if key in seen:
-                continue
-            seen.add(key)
-            new_failures.append(NewFailure(
+            new_failures.setdefault((_failure_id(failure) or "", failure.fingerprint), NewFailure(
                 nodeid=_failure_id(failure),
                 fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
                 signature=failure.signature if _recorded(failure, "signature") else None,
@@ -332,7 +327,7 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
         tests_edited=attempts[-1].tests_edited if attempts else (),
         unverified_failures=incident.unverified_failures,
-        new_failures=tuple(new_failures),
+        new_failures=tuple(new_failures.values()),
         triage=tuple(report_triage([*failures, *incident.passed_on_rerun], flaky)),
         decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
