@@ -8,10 +8,10 @@ from types import MappingProxyType
 from typing import Any, Optional
 
 from pytest_selfheal.junit.nodeids import nodeid_by_identity
+from pytest_selfheal.plan.build import STEP_COLLECTION
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 
-STEP_COLLECTION = "collection"
 # pytest's failing reports with their node ids as the documents hold them (cut and redacted).
 Reports = Sequence[tuple[str, Any]]
 
@@ -49,7 +49,7 @@ def build_incident(
     first = failures[0]
     collection = any(nodeid == first.nodeid and report.when == "collect" for nodeid, report in reports)
     return Incident(
-        step=STEP_COLLECTION if collection else first.nodeid or first.test,  # a collection error has no test
+        step=STEP_COLLECTION if collection else first.nodeid or first.test,
         failure_class=first.failure_class,
         failure_type=first.failure_type,
         message=first.message,

@@ -63,7 +63,7 @@ _TYPE_INFO: dict[str, tuple[str, str, str]] = {
     UNKNOWN: ("Investigate the failure", "the failure could not be classified; read the log tail", "low"),
 }
 
-_STEP_COLLECTION = "collection"
+STEP_COLLECTION = "collection"  # the step of an incident whose first failure is a collection error
 
 # plan.md stays readable and small at any failure count (docs/loop.md "The plan").
 # A command selecting more node ids than this is shown with its first few, then "… N more".
@@ -83,8 +83,8 @@ def _failures(incident: Incident) -> tuple[Failure, ...]:
     step = incident.step
     return (
         Failure(
-            nodeid=step if step and step != _STEP_COLLECTION else None,
-            test=step if step != _STEP_COLLECTION else "",
+            nodeid=step if step and step != STEP_COLLECTION else None,
+            test=step if step != STEP_COLLECTION else "",
             fingerprint=incident.fingerprint or _short_hash(incident.error_signature),
             signature=incident.error_signature,
             failure_type=incident.failure_type if incident.failure_type is not None else UNKNOWN,

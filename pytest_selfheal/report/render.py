@@ -16,7 +16,6 @@ from pytest_selfheal.loop.messages import plural, unverified_summary, unverified
 from pytest_selfheal.plan.build import shorten
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.report import REPORT_TITLE, Report, ReportIncident, ReportInput, as_report
-from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.stops import PROGRESS_NOTES
 from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
@@ -437,12 +436,6 @@ def _section_timeline(report: Report) -> list[str]:
     return _per_incident(report, "### Loop Timeline", mermaid_timeline)
 
 
-def _option_line(option: DecisionOption) -> str:
-    oid = f"{code(option.id)}: " if option.id else ""
-    command = f" — {code(option.command)}" if option.command is not None else ""
-    return f"  - {oid}{text(option.label or DASH)}{command}"
-
-
 def _decision(entry: ReportIncident) -> list[str]:
     point = entry.decision_point
     if point is None:
@@ -452,7 +445,8 @@ def _decision(entry: ReportIncident) -> list[str]:
         lines.append(f"- Message: {text(point.message, 500)}")
     if point.options:
         lines.append("- Options:")
-        lines += [_option_line(o) for o in point.options]
+        lines += [f"  - {f'{code(o.id)}: ' if o.id else ''}{text(o.label or DASH)}"
+                  f"{f' — {code(o.command)}' if o.command is not None else ''}" for o in point.options]
     return lines
 
 
