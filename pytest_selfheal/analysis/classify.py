@@ -50,285 +50,103 @@ _RUNTIME_EXCEPTIONS = (
 # (timeouts and environment problems before "any exception is a code bug").
 DEFAULT_RULES: tuple[Rule, ...] = (
     # -- DOCTEST_MISMATCH (first: a doctest's expected or got output may hold any text) -----
-    Rule(
-        "doctest_mismatch",
-        rf"^{DOCTEST_MARK}: >>>",
-        models.DOCTEST_MISMATCH,
-        keywords=("doctestfailure",),
-    ),
+    Rule("doctest_mismatch", rf"^{DOCTEST_MARK}: >>>", models.DOCTEST_MISMATCH, keywords=("doctestfailure",)),
     # -- TIMEOUT ---------------------------------------------------------------------------
-    Rule(
-        "pytest_timeout",
-        r"Failed: Timeout >|\+{5,} Timeout \+{5,}",
-        _TO,
-        keywords=("timeout",),
-    ),
+    Rule("pytest_timeout", r"Failed: Timeout >|\+{5,} Timeout \+{5,}", _TO, keywords=("timeout",)),
     Rule("jest_timeout", r"Exceeded timeout of \d+\s?ms", _TO, keywords=("exceeded timeout",)),
     Rule("mocha_timeout", r"Timeout of \d+\s?ms exceeded", _TO, keywords=("timeout of",)),
-    Rule(
-        "go_test_timeout", r"panic: test timed out after", _TO, keywords=("timed out after",)
-    ),
-    Rule(
-        "timeout",
-        r"TimeoutError|TimeoutException|TimeoutExpired|ReadTimeout|ConnectTimeout"
-        r"|DeadlineExceeded|socket\.timeout|t(?<!\wt)imed?[\s-]?out\b|T(?<!\wT)imed?[\s-]?[Oo]ut\b"
-        r"|TIMED?[\s-]?OUT\b|context deadline exceeded",
-        _TO,
-        keywords=("timeout", "deadlineexceeded", "time", "deadline exceeded"),
-    ),
+    Rule("go_test_timeout", r"panic: test timed out after", _TO, keywords=("timed out after",)),
+    Rule("timeout", r"TimeoutError|TimeoutException|TimeoutExpired|ReadTimeout|ConnectTimeout"
+         r"|DeadlineExceeded|socket\.timeout|t(?<!\wt)imed?[\s-]?out\b|T(?<!\wT)imed?[\s-]?[Oo]ut\b"
+         r"|TIMED?[\s-]?OUT\b|context deadline exceeded",
+         _TO, keywords=("timeout", "deadlineexceeded", "time", "deadline exceeded")),
     # -- TOOLING_ENV -----------------------------------------------------------------------
     # pytest-xdist's workers collected different tests (random or unordered parametrize ids):
     # the error names a worker, not code; nothing in the project can be verified by node id.
-    Rule(
-        "xdist_collection_mismatch",
-        r"Different tests were collected between gw\d+ and gw\d+",
-        _E,
-        keywords=("different tests were collected",),
-    ),
-    Rule(
-        "missing_module",
-        r"ModuleNotFoundError: No module named|No module named '",
-        _E,
-        keywords=("no module named",),
-    ),
-    Rule(
-        "missing_node_module",
-        r"Cannot find module '[^'./]",
-        _E,
-        keywords=("cannot find module",),
-    ),
-    Rule(
-        "missing_command",
-        r"command not found|: not found$|No such file or directory: '[^'/\\.]+'$"
-        r"|executable file not found in \$PATH|is not recognized as an internal or external command",
-        _E,
-        keywords=(
-            "command not found",
-            ": not found",
-            "no such file or directory",
-            "executable file not found",
-            "is not recognized as an internal",
-        ),
-    ),
-    Rule(
-        "missing_credentials",
-        r"NoCredentialsError|Unable to locate credentials|\b401 Unauthorized\b"
-        r"|(?i:authentication failed|invalid credentials|missing credentials|could not read Username)"
-        r"|Permission denied \(publickey",
-        _E,
-        keywords=(
-            "nocredentialserror",
-            "unable to locate credentials",
-            "401 unauthorized",
-            "authentication failed",
-            "invalid credentials",
-            "missing credentials",
-            "could not read username",
-            "permission denied (publickey",
-        ),
-    ),
-    Rule(
-        "network_transient",
-        r"ECONNRESET|EAI_AGAIN|(?i:connection reset by peer|temporary failure in name resolution)"
-        r"|\b50[234] (?:Bad Gateway|Service Unavailable|Gateway Time-?out)\b"
-        r"|\b429 Too Many Requests\b|(?i:rate limit exceeded)",
-        _E,
-        transient=True,
-        keywords=(
-            "connection reset by peer",
-            "econnreset",
-            "temporary failure in name resolution",
-            "eai_again",
-            "bad gateway",
-            "service unavailable",
-            "gateway time",
-            "too many requests",
-            "rate limit exceeded",
-        ),
-    ),
-    Rule(
-        "service_unreachable",
-        r"ConnectionRefusedError|ECONNREFUSED|getaddrinfo ENOTFOUND"
-        r"|(?i:connection refused|could not connect to server|name or service not known"
-        r"|nodename nor servname|network is unreachable|no route to host)",
-        _E,
-        keywords=(
-            "connection refused",
-            "connectionrefusederror",
-            "econnrefused",
-            "could not connect to server",
-            "name or service not known",
-            "nodename nor servname",
-            "enotfound",
-            "network is unreachable",
-            "no route to host",
-        ),
-    ),
-    Rule(
-        "permission_denied",
-        r"PermissionError|EACCES|EPERM\b|(?i:permission denied|operation not permitted)",
-        _E,
-        keywords=("permission", "eacces", "operation not permitted", "eperm"),
-    ),
-    Rule(
-        "disk_full",
-        r"ENOSPC|\[Errno 28\]|(?i:no space left on device|disk quota exceeded)",
-        _E,
-        keywords=("no space left", "enospc", "disk quota exceeded", "[errno 28]"),
-    ),
-    Rule(
-        "runtime_version",
-        r"The engine \"node\" is incompatible|Unsupported engine|requires a different Python"
-        r"|requires Python ['\"]?[<>=]|UnsupportedClassVersionError",
-        _E,
-        keywords=("engine", "requires a different python", "requires python", "classversion"),
-    ),
+    Rule("xdist_collection_mismatch", r"Different tests were collected between gw\d+ and gw\d+", _E,
+         keywords=("different tests were collected",)),
+    Rule("missing_module", r"ModuleNotFoundError: No module named|No module named '", _E,
+         keywords=("no module named",)),
+    Rule("missing_node_module", r"Cannot find module '[^'./]", _E, keywords=("cannot find module",)),
+    Rule("missing_command", r"command not found|: not found$|No such file or directory: '[^'/\\.]+'$"
+         r"|executable file not found in \$PATH|is not recognized as an internal or external command",
+         _E, keywords=("command not found", ": not found", "no such file or directory", "executable file not found",
+                       "is not recognized as an internal")),
+    Rule("missing_credentials", r"NoCredentialsError|Unable to locate credentials|\b401 Unauthorized\b"
+         r"|(?i:authentication failed|invalid credentials|missing credentials|could not read Username)"
+         r"|Permission denied \(publickey",
+         _E, keywords=("nocredentialserror", "unable to locate credentials", "401 unauthorized",
+                       "authentication failed", "invalid credentials", "missing credentials",
+                       "could not read username", "permission denied (publickey")),
+    Rule("network_transient", r"ECONNRESET|EAI_AGAIN|(?i:connection reset by peer|temporary failure in name resolution)"
+         r"|\b50[234] (?:Bad Gateway|Service Unavailable|Gateway Time-?out)\b"
+         r"|\b429 Too Many Requests\b|(?i:rate limit exceeded)",
+         _E, transient=True, keywords=("connection reset by peer", "econnreset", "temporary failure in name resolution",
+                                       "eai_again", "bad gateway", "service unavailable", "gateway time",
+                                       "too many requests", "rate limit exceeded")),
+    Rule("service_unreachable", r"ConnectionRefusedError|ECONNREFUSED|getaddrinfo ENOTFOUND"
+         r"|(?i:connection refused|could not connect to server|name or service not known"
+         r"|nodename nor servname|network is unreachable|no route to host)",
+         _E, keywords=("connection refused", "connectionrefusederror", "econnrefused", "could not connect to server",
+                       "name or service not known", "nodename nor servname", "enotfound",
+                       "network is unreachable", "no route to host")),
+    Rule("permission_denied", r"PermissionError|EACCES|EPERM\b|(?i:permission denied|operation not permitted)", _E,
+         keywords=("permission", "eacces", "operation not permitted", "eperm")),
+    Rule("disk_full", r"ENOSPC|\[Errno 28\]|(?i:no space left on device|disk quota exceeded)", _E,
+         keywords=("no space left", "enospc", "disk quota exceeded", "[errno 28]")),
+    Rule("runtime_version", r"The engine \"node\" is incompatible|Unsupported engine|requires a different Python"
+         r"|requires Python ['\"]?[<>=]|UnsupportedClassVersionError",
+         _E, keywords=("engine", "requires a different python", "requires python", "classversion")),
     # -- BUILD_COMPILE ---------------------------------------------------------------------
-    Rule(
-        "syntax_error",
-        r"\b(?:SyntaxError|IndentationError|TabError)\b",
-        _B,
-        keywords=("syntaxerror", "indentationerror", "taberror"),
-    ),
-    Rule(
-        "import_name_error",
-        r"ImportError: cannot import name|ImportError while importing",
-        _B,
-        keywords=("importerror",),
-    ),
-    Rule(
-        "relative_module_missing",
-        r"Cannot find module '\.|Module not found: Error",
-        _B,
-        keywords=("cannot find module '.", "module not found: error"),
-    ),
-    Rule(
-        "pytest_collection_error",
-        r"^collection failure$|ERROR collecting|\bcollection error",
-        _B,
-        keywords=("collection failure", "error collecting", "collection error"),
-    ),
-    Rule(
-        "pytest_fixture_not_found",
-        r"fixture '[^']+' not found",
-        _B,
-        keywords=("fixture '",),
-    ),
-    Rule(
-        "compile_error",
-        r"error: could not compile|error\[E\d{4}\]|cannot find symbol|COMPILATION ERROR"
-        r"|Compilation failure|\[build failed\]|^\S+\.go:\d+:\d+: |undefined: \w"
-        r"|error CS\d{4}|fatal error: .*\.h: No such file|^Build error$",
-        _B,
-        keywords=(
-            "build error",
-            "could not compile",
-            "error[e",
-            "cannot find symbol",
-            "compilation",
-            "[build failed]",
-            ".go:",
-            "undefined: ",
-            "error cs",
-            "fatal error: ",
-        ),
-    ),
+    Rule("syntax_error", r"\b(?:SyntaxError|IndentationError|TabError)\b", _B,
+         keywords=("syntaxerror", "indentationerror", "taberror")),
+    Rule("import_name_error", r"ImportError: cannot import name|ImportError while importing", _B,
+         keywords=("importerror",)),
+    Rule("relative_module_missing", r"Cannot find module '\.|Module not found: Error", _B,
+         keywords=("cannot find module '.", "module not found: error")),
+    Rule("pytest_collection_error", r"^collection failure$|ERROR collecting|\bcollection error", _B,
+         keywords=("collection failure", "error collecting", "collection error")),
+    Rule("pytest_fixture_not_found", r"fixture '[^']+' not found", _B, keywords=("fixture '",)),
+    Rule("compile_error", r"error: could not compile|error\[E\d{4}\]|cannot find symbol|COMPILATION ERROR"
+         r"|Compilation failure|\[build failed\]|^\S+\.go:\d+:\d+: |undefined: \w"
+         r"|error CS\d{4}|fatal error: .*\.h: No such file|^Build error$",
+         _B, keywords=("build error", "could not compile", "error[e", "cannot find symbol", "compilation",
+                       "[build failed]", ".go:", "undefined: ", "error cs", "fatal error: ")),
     # -- TYPECHECK (static checkers; a runtime TypeError is a code bug, see below) --------
-    Rule(
-        "typecheck",
-        r"\berror TS\d{4}\b|Incompatible types|Incompatible return value type"
-        r"|: error: .*\[[a-z][a-z-]*\]$|is not assignable to (?:type|parameter)"
-        r"|\bmypy\b.*\berror|pyright|reportGeneralTypeIssues|Found \d+ errors? in \d+ files?",
-        _TC,
-        keywords=(
-            "error ts",
-            "incompatible",
-            ": error: ",
-            "is not assignable to",
-            "mypy",
-            "pyright",
-            "reportgeneraltypeissues",
-            "found ",
-        ),
-    ),
+    Rule("typecheck", r"\berror TS\d{4}\b|Incompatible types|Incompatible return value type"
+         r"|: error: .*\[[a-z][a-z-]*\]$|is not assignable to (?:type|parameter)"
+         r"|\bmypy\b.*\berror|pyright|reportGeneralTypeIssues|Found \d+ errors? in \d+ files?",
+         _TC, keywords=("error ts", "incompatible", ": error: ", "is not assignable to", "mypy", "pyright",
+                        "reportgeneraltypeissues", "found ")),
     # -- LINT ------------------------------------------------------------------------------
     # flake8/ruff/pylint "path:line:col: E501 …" lines.
     Rule("lint_code", r":\d+:\d+: [A-Z]{1,3}\d{3,4}\b", _L, keywords=(": ",)),
-    Rule(
-        "lint_tool",
-        r"\b(?:ruff|flake8|pylint|eslint|stylelint|prettier|isort)\b|would reformat",
-        _L,
-        keywords=("ruff", "flake8", "pylint", "eslint", "stylelint", "prettier", "isort", "would reformat"),
-    ),
+    Rule("lint_tool", r"\b(?:ruff|flake8|pylint|eslint|stylelint|prettier|isort)\b|would reformat", _L,
+         keywords=("ruff", "flake8", "pylint", "eslint", "stylelint", "prettier", "isort", "would reformat")),
     # eslint's "stylish" format: "  1:10  error  'x' is defined but never used  no-unused-vars".
-    Rule(
-        "eslint_stylish",
-        r"^ *\d+:\d+ *  error  .+  [\w@/-]+$|^ *\d+:\d+ *  warning  .+  [\w@/-]+$",
-        _L,
-        keywords=("  error  ", "  warning  "),
-    ),
+    Rule("eslint_stylish", r"^ *\d+:\d+ *  error  .+  [\w@/-]+$|^ *\d+:\d+ *  warning  .+  [\w@/-]+$", _L,
+         keywords=("  error  ", "  warning  ")),
     # -- TEST_ASSERTION --------------------------------------------------------------------
     # Alternatives start with a literal (boundaries as look-behinds after it) so the regex
     # engine can skip to candidate positions.
-    Rule(
-        "assertion",
-        r"AssertionError|AssertionFailedError|ComparisonFailure|AssertionFailure"
-        r"|a(?<!\wa)ssert |expect\(.*\)\.|\.toBe\w*\(|\.toEqual\(|\.toStrictEqual\("
-        r"|\.toMatch\w*\(|\.toContain\w*\(|\.toThrow\w*\(|\.toHaveBeenCalled\w*\("
-        r"|Error Trace:|Not equal:|F(?<![^\n]F)ailed: |DID NOT RAISE|XPASS\(strict\)",
-        _T,
-        keywords=(
-            "assert",
-            "comparisonfailure",
-            "expect(",
-            "tobe",
-            "toequal",
-            "tostrictequal",
-            "tomatch",
-            "tocontain",
-            "tothrow",
-            "tohavebeencalled",
-            "error trace:",
-            "not equal:",
-            "failed: ",
-            "did not raise",
-            "xpass(strict)",
-        ),
-    ),
+    Rule("assertion", r"AssertionError|AssertionFailedError|ComparisonFailure|AssertionFailure"
+         r"|a(?<!\wa)ssert |expect\(.*\)\.|\.toBe\w*\(|\.toEqual\(|\.toStrictEqual\("
+         r"|\.toMatch\w*\(|\.toContain\w*\(|\.toThrow\w*\(|\.toHaveBeenCalled\w*\("
+         r"|Error Trace:|Not equal:|F(?<![^\n]F)ailed: |DID NOT RAISE|XPASS\(strict\)",
+         _T, keywords=("assert", "comparisonfailure", "expect(", "tobe", "toequal", "tostrictequal", "tomatch",
+                       "tocontain", "tothrow", "tohavebeencalled", "error trace:", "not equal:", "failed: ",
+                       "did not raise", "xpass(strict)")),
     # chai/testify/go style "expected X … got/but was Y".
-    Rule(
-        "expected_actual",
-        r"[Ee](?<!\w[Ee])xpected\b.*\b(?i:got|but was|but got|to equal|to be|received|actual)\b",
-        _T,
-        keywords=("xpected",),
-    ),
-    Rule(
-        "go_test_failure",
-        r"^\s*\w+_test\.go:\d+: |^--- FAIL: ",
-        _T,
-        keywords=("_test.go:", "--- fail: "),
-    ),
-    Rule(
-        "runtime_exception",
-        "|".join(f"{name}\\b" for name in _RUNTIME_EXCEPTIONS)
-        + "|panic: |nil pointer dereference|index out of range",
-        _T,
-        keywords=(
-            "error",
-            "exception",
-            "stopiteration",
-            "panic: ",
-            "nil pointer dereference",
-            "index out of range",
-        ),
-    ),
+    Rule("expected_actual", r"[Ee](?<!\w[Ee])xpected\b.*\b(?i:got|but was|but got|to equal|to be|received|actual)\b",
+         _T, keywords=("xpected",)),
+    Rule("go_test_failure", r"^\s*\w+_test\.go:\d+: |^--- FAIL: ", _T, keywords=("_test.go:", "--- fail: ")),
+    Rule("runtime_exception", "|".join(f"{name}\\b" for name in _RUNTIME_EXCEPTIONS)
+         + "|panic: |nil pointer dereference|index out of range",
+         _T, keywords=("error", "exception", "stopiteration", "panic: ", "nil pointer dereference",
+                       "index out of range")),
     # Any other named exception raised by the code under test is a code bug too.
-    Rule(
-        "uncaught_exception",
-        r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b",
-        _T,
-        keywords=("error", "exception"),
-    ),
+    Rule("uncaught_exception", r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b", _T,
+         keywords=("error", "exception")),
 )
 
 UNKNOWN_CLASSIFICATION = Rule("", "", models.UNKNOWN).result

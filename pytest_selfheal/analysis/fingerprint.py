@@ -30,20 +30,13 @@ MAX_LINE = 1000  # characters of the first stable line that are normalised
 MAX_NORMALISED = 500  # characters of the normalised line kept in the signature
 
 # Messages that say nothing about the failure: look into the text instead.
-_GENERIC_MESSAGES = frozenset(
-    {
-        "",
-        "failed",  # go-junit-report, gotestsum
-        "build error",  # go-junit-report: a package that did not compile
-        "runtime error",  # go-junit-report: a panic outside a test
-        "failure",
-        "error",
-        "errored",
-        "collection failure",  # pytest collection errors
-        "test failed",
-        "exception",
-    }
-)
+_GENERIC_MESSAGES = frozenset({
+    "", "failure", "error", "errored", "test failed", "exception",
+    "failed",  # go-junit-report, gotestsum
+    "build error",  # go-junit-report: a package that did not compile
+    "runtime error",  # go-junit-report: a panic outside a test
+    "collection failure",  # pytest collection errors
+})
 
 TEXT_SCAN = 64 * 1024  # characters of failure text searched for the failure line
 
@@ -247,99 +240,44 @@ _TS_TAIL = rf"\s{_TS_TIME}{_TS_ZONE}(?:\s\d{{4}})?{_END}"
 
 _RULES: tuple[_Rule, ...] = (
     # 1. A home directory on its own (a file below it is a path: next rules).
-    _rule(
-        "/",
-        ("/home/", "/Users/", "/root"),
-        False,
-        r"/(?<![\w.:/\\~-]/)(?<![A-Z]>/)(?:home/|Users/)[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])"
-        r"|/(?<![\w.:/\\~-]/)(?<![A-Z]>/)root(?![\w/\\])(?!<[A-Z])",
-        "<HOME>",
-    ),
-    _rule(
-        "\\",
-        ("\\Users\\",),
-        False,
-        r"[A-Za-z](?<![\w.:/\\~-][A-Za-z])(?<![A-Z]>[A-Za-z]):\\Users\\[\w.-]+"
-        r"(?![\w.-]*[/\\])(?!<[A-Z])",
-        "<HOME>",
-    ),
+    _rule("/", ("/home/", "/Users/", "/root"), False,
+          r"/(?<![\w.:/\\~-]/)(?<![A-Z]>/)(?:home/|Users/)[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])"
+          r"|/(?<![\w.:/\\~-]/)(?<![A-Z]>/)root(?![\w/\\])(?!<[A-Z])", "<HOME>"),
+    _rule("\\", ("\\Users\\",), False,
+          r"[A-Za-z](?<![\w.:/\\~-][A-Za-z])(?<![A-Z]>[A-Za-z]):\\Users\\[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])", "<HOME>"),
     # 2. file:// URIs and absolute paths (POSIX, ~/ and $HOME/, Windows drive, UNC): the
     #    directory part becomes <PATH>/, the file name stays so different files differ.
     #    Covers tmp dirs (/tmp/pytest-of-u/pytest-3/test_x0/, /var/folders/…/T/, %TEMP%).
     _rule(":/", ("file:",), False, rf"{_start('f')}ile:/+(?:{_SEG}/)*", "<PATH>/"),
-    _rule(
-        "/",
-        ("~/", "$HOME/"),
-        False,
-        rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*",
-        "<PATH>/",
-    ),
+    _rule("/", ("~/", "$HOME/"), False, rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*", "<PATH>/"),
     _rule("/", (), False, rf"/{_PB_SLASH}(?:{_SEG}/)+", "<PATH>/"),
-    _rule(
-        ":",
-        (":\\", ":/"),
-        False,
-        rf"[A-Za-z]{_PB_LETTER}:[\\/](?:{_SEG}[\\/])*",
-        "<PATH>/",
-    ),
+    _rule(":", (":\\", ":/"), False, rf"[A-Za-z]{_PB_LETTER}:[\\/](?:{_SEG}[\\/])*", "<PATH>/"),
     _rule("\\", ("\\\\",), False, rf"\\{_PB_BACKSLASH}\\{_SEG}\\(?:{_SEG}\\)*", "<PATH>/"),
     # 3. Random names of tempfile (tmpXXXXXXXX) and pytest/xdist numbered dirs.
     _rule("tmp", ("tmp",), False, rf"{_start('t')}mp[a-z0-9_]{{8}}{_END}", "<TMP>"),
-    _rule(
-        "",
-        ("pytest-", "gw"),
-        True,
-        rf"({_start('p')}ytest-|{_start('p')}open-gw|{_start('g')}w)\d+{_END}",
-        _keep_group_then("<N>"),
-    ),
+    _rule("", ("pytest-", "gw"), True, rf"({_start('p')}ytest-|{_start('p')}open-gw|{_start('g')}w)\d+{_END}",
+          _keep_group_then("<N>")),
     # 4. Timestamps and dates: ISO 8601 (and bare dates), RFC 2822 / syslog, bare times.
-    _rule(
-        "-",
-        ("-0", "-1"),  # the month
-        True,
-        rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}",
-        "<TS>",
-    ),
-    _rule(
-        ": ",
-        _MONTHS,
-        True,
-        # Weekday first, day first, month first; each alternative starts with a literal
-        # or a class so that the engine skips cheaply over the rest of the line.
-        rf"{_start(_WEEKDAY)},?\s(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})(?:\s\d{{4}})?{_TS_TAIL}"
-        rf"|{_S_DIGIT}\d?\s{_MONTH}(?:\s\d{{4}})?{_TS_TAIL}"
-        rf"|{_start(_MONTH)}\s+\d{{1,2}}(?:\s\d{{4}})?{_TS_TAIL}",
-        "<TS>",
-    ),
+    _rule("-", ("-0", "-1"), True,  # the month
+          rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}", "<TS>"),
+    # Weekday first, day first, month first; each alternative starts with a literal or a
+    # class so that the engine skips cheaply over the rest of the line.
+    _rule(": ", _MONTHS, True,
+          rf"{_start(_WEEKDAY)},?\s(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})(?:\s\d{{4}})?{_TS_TAIL}"
+          rf"|{_S_DIGIT}\d?\s{_MONTH}(?:\s\d{{4}})?{_TS_TAIL}"
+          rf"|{_start(_MONTH)}\s+\d{{1,2}}(?:\s\d{{4}})?{_TS_TAIL}", "<TS>"),
     _rule(":", _COLON_MINUTES, True, rf"{_S_DIGIT}\d?{_MMSS}(?:[.,]\d+)?{_END}", "<TS>"),
     # 5. UUIDs (before hex hashes and numbers).
-    _rule(
-        "-",
-        (),
-        False,
-        rf"{_S_HEX}{_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}{_END}",
-        "<UUID>",
-    ),
+    _rule("-", (), False, rf"{_S_HEX}{_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}{_END}", "<UUID>"),
     # 6. Memory addresses (0x7f3a…): 6+ hex digits, so small hex constants stay.
     _rule("0x", ("0x",), True, rf"{_start('0')}x{_HEX}{{6,}}{_END}", "<ADDR>"),
     # 7. Hex hashes and ids: 8+ hex characters with at least one digit and one letter.
     _rule("", (), True, rf"{_S_HEX}{_HEX}{{7,}}{_END}", _hash),
     # 8. IPs and ports: IPv4 (+port), bracketed IPv6 (+port), localhost:N, "port 5432".
-    _rule(
-        ".",
-        _DOT_DIGITS,
-        True,
-        rf"{_S_DIGIT}\d{{0,2}}\.\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?::\d{{1,5}})?{_END}",
-        _ip,
-    ),
+    _rule(".", _DOT_DIGITS, True, rf"{_S_DIGIT}\d{{0,2}}\.\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?::\d{{1,5}})?{_END}", _ip),
     _rule("[:]", (), False, rf"\[(?:{_HEX}{{0,4}}:){{2,7}}{_HEX}{{0,4}}\](?::\d{{1,5}}(?!\d))?", _ip),
-    _rule(
-        ":",
-        ("localhost:", ".local:"),
-        True,
-        rf"(?<![\w-])(?<![A-Z]>)(localhost|[\w-]+\.local):\d{{1,5}}{_END}",
-        _keep_group_then(":<PORT>"),
-    ),
+    _rule(":", ("localhost:", ".local:"), True, rf"(?<![\w-])(?<![A-Z]>)(localhost|[\w-]+\.local):\d{{1,5}}{_END}",
+          _keep_group_then(":<PORT>")),
     _rule("ort", ("ort",), True, rf"({_start('[Pp]')}ort[\s=:#]*)\d{{1,5}}{_END}", _keep_group_then("<PORT>")),
     # 9. PIDs.
     _rule("", ("pid", "PID", "Pid"), True, rf"({_start('[pP]')}(?:id|ID)[\s=:#]*)\d+{_END}", _keep_group_then("<PID>")),
@@ -349,15 +287,10 @@ _RULES: tuple[_Rule, ...] = (
     # 11. Durations: 1.23s, 150ms, 0.5 seconds, 2m30s, 1h2m; and
     # 12. any remaining long number (ids, epochs, counters, big values): 5+ digits.
     #     One regex for both (one scan): a unit makes a duration, else 5+ digits a number.
-    _rule(
-        "",
-        (),
-        True,
-        rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
-        rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)"
-        rf"|(?<=\d{{5}})){_END}",
-        _duration_or_number,
-    ),
+    _rule("", (), True,
+          rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
+          rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)|(?<=\d{{5}})){_END}",
+          _duration_or_number),
     # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17",
     #     "(Foo.java:42)", "<frozen importlib._bootstrap>:1204" (last: after placeholders).
     _rule(":", (), True, rf":\d+(?::\d+)*{_END}", _file_line),
@@ -422,22 +355,20 @@ def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
 
 
 def _is_dict(items: Sequence[str]) -> bool:
-    return any(_top_level_colon(item) for item in items)
-
-
-def _top_level_colon(item: str) -> bool:
-    depth, quote = 0, ""
-    for char in item:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == ":" and depth == 0:
-            return True
+    """Whether an item holds a colon outside quotes and brackets (``k: v``)."""
+    for item in items:
+        depth, quote = 0, ""
+        for char in item:
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            elif char == ":" and depth == 0:
+                return True
     return False
 
 
@@ -462,15 +393,17 @@ def unordered(text: str, depth: int = 0) -> str:
     for number, (start, end, opener, raw) in enumerate(literals):
         items = [unordered(item, depth + 1) for item in raw]
         literals[number] = (start, end, opener, items)
-        if opener in "[(" or (opener == "{" and not _is_dict(items)):
-            if any("..." in item for item in items):
-                # pytest elided the middle of a long repr: which items show depends on the
-                # order, so the visible part is noise. Same test, same shape: same failure.
-                replaced[number] = opener + "..." + _OPENERS[opener]
-                continue
-        if opener == "{" and items and not _is_dict(items):
+        is_set = opener == "{" and not _is_dict(items)
+        if (opener in "[(" or is_set) and any("..." in item for item in items):
+            # pytest elided the middle of a long repr: which items show depends on the
+            # order, so the visible part is noise. Same test, same shape: same failure.
+            replaced[number] = opener + "..." + _OPENERS[opener]
+            continue
+        if is_set and items:
             items = sorted(items)
-        elif opener in "[(" and len(items) > 1 and _is_literal(text, start):
+        # "f(1, 2)" and "x[1, 2]" are a call and a subscript, not a tuple and a list.
+        elif opener in "[(" and len(items) > 1 and (
+                start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")):
             sequences.setdefault(tuple(sorted(items)), []).append(number)
         if items != raw:
             replaced[number] = opener + ", ".join(items) + _OPENERS[opener]
@@ -490,11 +423,6 @@ def unordered(text: str, depth: int = 0) -> str:
             last = end
     parts.append(text[last:])
     return "".join(parts)
-
-
-def _is_literal(text: str, start: int) -> bool:
-    # "f(1, 2)" and "x[1, 2]" are a call and a subscript, not a tuple and a list.
-    return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_)]'\"")
 
 
 # Pure, and failures repeat (one broken fixture fails a hundred tests the same way):

@@ -32,24 +32,10 @@ _FRAME_RE = re.compile(
 )
 
 # Directory names that hold installed or generated code, never a fix target.
-_EXCLUDED_DIRS = frozenset(
-    {
-        "site-packages",
-        "dist-packages",
-        "__pypackages__",
-        "node_modules",
-        ".venv",
-        "venv",
-        "virtualenv",
-        ".virtualenvs",
-        ".tox",
-        ".nox",
-        ".eggs",
-        ".git",
-        "__pycache__",
-        ".selfheal",
-    }
-)
+_EXCLUDED_DIRS = frozenset({
+    "site-packages", "dist-packages", "__pypackages__", "node_modules", ".venv", "venv", "virtualenv", ".virtualenvs",
+    ".tox", ".nox", ".eggs", ".git", "__pycache__", ".selfheal",
+})
 # lib/python3.11/ (a virtualenv or an interpreter's stdlib), also lib64/.
 _PYTHON_LIB_RE = re.compile(r"(?:^|/)lib(?:64)?/(?:python|pypy)\d+(?:\.\d+)*(?:/|$)")
 _DRIVE_RE = re.compile(r"^[A-Za-z]:")

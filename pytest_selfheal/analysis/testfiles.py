@@ -112,11 +112,7 @@ def tests_first(patch: str) -> str:
     """The patch with the sections of tests, conftests and fixtures first: a test edit is
     what a reviewer must see before the fix."""
     head, sections = patch_sections(patch)
-
-    def is_test(chunk: str) -> bool:
-        return any(is_test_file(path) for path in _section_paths(chunk))
-
-    return head + "".join(sorted(sections, key=lambda chunk: not is_test(chunk)))
+    return head + "".join(sorted(sections, key=lambda chunk: not any(map(is_test_file, _section_paths(chunk)))))
 
 
 __all__ = ["DOCTESTS", "MISSING", "changed", "digests", "is_recorded", "patch_sections", "patch_test_files", "test_code_paths", "tests_first"]

@@ -16,23 +16,9 @@ from pytest_selfheal.redact import Redactor
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).
 _CI_KEYS = (
-    "CI",
-    "GITHUB_ACTIONS",
-    "GITHUB_REPOSITORY",
-    "GITHUB_REF",
-    "GITHUB_SHA",
-    "GITHUB_RUN_ID",
-    "GITHUB_RUN_ATTEMPT",
-    "GITHUB_WORKFLOW",
-    "GITHUB_JOB",
-    "GITHUB_EVENT_NAME",
-    "GITHUB_HEAD_REF",
-    "GITHUB_BASE_REF",
-    "RUNNER_OS",
-    "GITLAB_CI",
-    "CI_PIPELINE_ID",
-    "BUILDKITE",
-    "JENKINS_URL",
+    "CI", "GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_REF", "GITHUB_SHA", "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT",
+    "GITHUB_WORKFLOW", "GITHUB_JOB", "GITHUB_EVENT_NAME", "GITHUB_HEAD_REF", "GITHUB_BASE_REF", "RUNNER_OS",
+    "GITLAB_CI", "CI_PIPELINE_ID", "BUILDKITE", "JENKINS_URL",
 )
 
 

@@ -1,24 +1,13 @@
 """Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
 
-Failures are grouped by the code they point at, not by their message. Two kinds of
-evidence are read here, while the test's objects are still alive (docs/loop.md "The plan"):
-
-- **frame**: the innermost traceback frame inside the project that is not a test file
-  (test files, conftest and fixtures are :func:`~pytest_selfheal.analysis.frames.is_test_file`):
-  where the exception was raised or passed through last in the code under test;
-- **calls**: the project functions and classes the test's code names, looked up in its
-  module's globals. A name bound by a re-export (``from .core import *`` in a package's
-  ``__init__``) resolves to the module that *defines* the object (its code's file, or its
-  ``__module__``'s file), never to the ``__init__.py`` that merely re-exports it. A helper
-  defined in a test file is followed one level down (its own calls count), and a fixture
-  value that is an instance of a project class stands for the methods of it the test names
-  (only when the test's own code names no project definition: a fixture every test shares
-  must not pull unrelated failures into one group).
-
-Only files inside the project root count; installed packages, virtualenvs and the standard
-library never do (:func:`~pytest_selfheal.analysis.frames.repo_relative`). Everything is
-memoised per code object and per object: parametrised tests and the tests of one module
-share the work, so a run with hundreds of failures resolves each test function once.
+Failures are grouped by the code they point at, not by their message (docs/loop.md "The
+plan"): the **frame**, the innermost traceback frame in a project file that is not a test
+file, and the **calls**, the project definitions the test's code names, looked up in its
+module's globals (a re-export resolves to the module that defines the object; a helper in a
+test file is followed one level down; a fixture value of a project class stands for the
+methods the test names, only when its own code names none). Only files inside the project
+root count. Everything is memoised per code object and per object: the tests of one module
+share the work.
 """
 
 from __future__ import annotations
@@ -130,34 +119,24 @@ class Resolver:
 
     # ------------------------------------------------------------------ frame
 
-    def frame(self, traceback: Iterable[Any]) -> Optional[CodeRef]:
-        """The innermost traceback entry in a project file that is not a test file.
-
-        ``traceback`` holds pytest ``TracebackEntry`` objects (``path``, ``lineno`` 0-based,
-        ``frame.code.raw``) or plain :class:`types.TracebackType` links.
-        """
-        return self.frames(traceback)[0]
-
-    def frames(
-        self, traceback: Iterable[Any]
-    ) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
+    def frames(self, traceback: Iterable[Any]) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
         """The innermost project frame outside the tests, the project frames the traceback
-        passed through on its way there (outermost first, at most :data:`MAX_STACK`, the
-        innermost excluded), and the last line of a test file it passed (``path``, ``line``:
-        the assertion, or the test's call that raised)."""
+        (:class:`types.TracebackType` links) passed through on its way there (outermost first,
+        at most :data:`MAX_STACK`, the innermost excluded), and the last line of a test file it
+        passed (``path``, ``line``: the assertion, or the test's call that raised)."""
         found: list[CodeRef] = []
         in_test: Optional[CodeRef] = None
         for entry in traceback:
-            code, lineno = _entry_code(entry)
-            if code is None:
+            if not isinstance(entry, types.TracebackType):
                 continue
+            code, lineno = entry.tb_frame.f_code, entry.tb_lineno
             rel = self.relative(code.co_filename)
             if rel is None:
                 continue
             if is_test_file(rel):
                 in_test = CodeRef(rel, line=lineno, keys=_TEST_LINE_KEYS)
                 continue
-            found.append(CodeRef(rel, qualname(code, _entry_frame(entry)), lineno, keys=_FRAME_KEYS))
+            found.append(CodeRef(rel, qualname(code, entry.tb_frame), lineno, keys=_FRAME_KEYS))
         if not found:
             return None, [], in_test
         stack: list[CodeRef] = []
@@ -376,9 +355,10 @@ class Resolver:
     def raised(self, traceback: Sequence[Any]) -> Optional[CodeRef]:
         """The traceback's innermost frame when it is outside the project (a library, the
         standard library): its file relative to the import root it was found under."""
-        code, lineno = _entry_code(traceback[-1]) if traceback else (None, None)
-        if code is None or self.relative(code.co_filename) is not None:
+        last = traceback[-1] if traceback else None
+        if not isinstance(last, types.TracebackType) or self.relative(last.tb_frame.f_code.co_filename) is not None:
             return None
+        code, lineno = last.tb_frame.f_code, last.tb_lineno
         filename = os.path.realpath(code.co_filename)
         roots = sorted((os.path.realpath(p) for p in sys.path if p), key=len, reverse=True)
         root = next((r for r in roots if filename.startswith(r + os.sep)), None)
@@ -444,25 +424,6 @@ def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
                 obj = getattr(obj, attr, None)
             return module, obj
     return None, None
-
-
-def _entry_code(entry: Any) -> tuple[Optional[types.CodeType], Optional[int]]:
-    """The code object and 1-based line of a traceback entry (pytest's or Python's)."""
-    if isinstance(entry, types.TracebackType):
-        return entry.tb_frame.f_code, entry.tb_lineno
-    raw = getattr(getattr(getattr(entry, "frame", None), "code", None), "raw", None)
-    if not isinstance(raw, types.CodeType):
-        return None, None
-    lineno = getattr(entry, "lineno", None)
-    return raw, (lineno + 1 if isinstance(lineno, int) else None)
-
-
-def _entry_frame(entry: Any) -> Optional[types.FrameType]:
-    """The frame of a traceback entry (pytest's or Python's)."""
-    if isinstance(entry, types.TracebackType):
-        return entry.tb_frame
-    raw = getattr(getattr(entry, "frame", None), "raw", None)
-    return raw if isinstance(raw, types.FrameType) else None
 
 
 def traceback_of(excinfo: Any) -> list[Any]:

@@ -8,10 +8,10 @@ from types import MappingProxyType
 from typing import Any, Optional
 
 from pytest_selfheal.junit.nodeids import nodeid_by_identity
+from pytest_selfheal.plan.build import STEP_COLLECTION
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 
-STEP_COLLECTION = "collection"
 # pytest's failing reports with their node ids as the documents hold them (cut and redacted).
 Reports = Sequence[tuple[str, Any]]
 
@@ -25,18 +25,9 @@ def attach_nodeids(
     out = []
     for failure in failures:
         nodeid = failure.nodeid or by_identity.get(failure.test)
-        if nodeid is not None and when.get(nodeid) == "collect":
-            out.append(replace(failure, nodeid=nodeid, outcome="error"))
-        else:
-            out.append(replace(failure, nodeid=nodeid))
+        collect = nodeid is not None and when.get(nodeid) == "collect"
+        out.append(replace(failure, nodeid=nodeid, outcome="error" if collect else failure.outcome))
     return out
-
-
-def incident_step(failure: Failure, reports: Reports) -> str:
-    """The first failing test's node id, or ``collection`` for a collection error."""
-    if any(nodeid == failure.nodeid and report.when == "collect" for nodeid, report in reports):
-        return STEP_COLLECTION
-    return failure.nodeid or failure.test
 
 
 def build_incident(
@@ -56,8 +47,9 @@ def build_incident(
     if not failures:
         raise ValueError("an incident needs at least one failure")
     first = failures[0]
+    collection = any(nodeid == first.nodeid and report.when == "collect" for nodeid, report in reports)
     return Incident(
-        step=incident_step(first, reports),
+        step=STEP_COLLECTION if collection else first.nodeid or first.test,
         failure_class=first.failure_class,
         failure_type=first.failure_type,
         message=first.message,

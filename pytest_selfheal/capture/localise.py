@@ -1,17 +1,8 @@
-"""The loop's localisation run: the coverage spectrum of a run, written to a file (edge).
-
-Before the first iteration of an incident captured without ``--selfheal-spectrum``, the
-loop re-runs the failing tests' files (the failing tests and their passing neighbours)
-with :envvar:`SELFHEAL_LOCALISE` naming a file (docs/loop.md "Suspects"). This run is
-passive like every verification run: it captures nothing. It records what each test ran
-(:class:`~pytest_selfheal.capture.spectrum.SpectrumHook`) and, at the session's end on the
-controller, writes the spectrum evidence of each failing test there as JSON, with the score
-of every function a failing test ran (the loop adds those the failure's evidence names)::
-
-    {"spectrum": {"<node id>": [{"path": ..., "name": ..., "line": ..., "score": ...}, ...]},
-     "scores": [[<path>, <name>, <line of the def>, <score>], ...],
-     "tests": {"<node id of a passing test>": [[<path>, <name>, <line of the def>], ...]},
-     "unrecorded": "<why no failing test is ranked>"}  # only when none is
+"""The loop's localisation run (edge): before the first iteration of an incident captured
+without ``--selfheal-spectrum``, the loop re-runs the failing tests' files with
+:envvar:`SELFHEAL_LOCALISE` naming a file. Passive like every verification run, it records
+what each test ran and writes, on the controller, each failing test's spectrum evidence and
+every function's score there as JSON (docs/loop.md "Suspects").
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The capture's pytest options that change behaviour, to replay in every verification run.
-
-A verification run compares like with like only if it runs under the options the failing
-run had: ``-p no:randomly``, ``-o key=value``, ``-W error``, ``--import-mode=importlib``,
-``--strict-markers``, a conftest's ``--target=staging``… Selection (paths, node ids,
-``-k``, ``-m``, ``--lf``, ``-x``…), output (``-q``, ``-v``, ``--tb``, ``--junitxml``…),
-parallelism and debugging options, and the plugin's own ``--selfheal*`` flags are dropped:
-the loop chooses the selection and reads its own junit. ``--doctest-modules`` and
-``--doctest-glob`` are kept: without them a doctest's node id names nothing, and pytest
-refuses the whole verification run. docs/loop.md "Verification fidelity".
+"""The capture's pytest options that change behaviour, to replay in every verification run
+(docs/loop.md "Verification fidelity"): selection, output, parallelism and debugging options
+and the plugin's own flags are dropped; ``--doctest-modules`` and ``--doctest-glob`` are kept
+(without them a doctest's node id names nothing).
 """
 
 from __future__ import annotations

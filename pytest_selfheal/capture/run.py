@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Optional
 
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import failures_from_cases
-from pytest_selfheal.analysis.classify import Rule
 from pytest_selfheal.analysis.frames import target_paths
 from pytest_selfheal.analysis.rules import parse_hook_rules, rules_for_run
 from pytest_selfheal.analysis.testfiles import digests, test_code_paths
@@ -24,7 +23,7 @@ from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import Reports, attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot, ignored
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.recording import Failing, HistoryResult, record_and_triage, run_info
 from pytest_selfheal.history.records import CAPTURE
 from pytest_selfheal.history.triage import rerun_count, triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
@@ -57,10 +56,9 @@ class CaptureResult:
     wrote them (the input of the run's report), and the lines for the terminal summary."""
 
     incident_id: str
-    failures: list[Failure]
     incident: Incident
-    plan: Optional[Plan] = None
-    summary_lines: list[str] = field(default_factory=list)
+    plan: Optional[Plan]
+    summary_lines: list[str]
 
 
 def log_tail(reports: Reports, max_lines: int) -> str:
@@ -73,34 +71,6 @@ def log_tail(reports: Reports, max_lines: int) -> str:
         dropped = len(lines) - max_lines
         lines = [f"[... {dropped} earlier lines omitted ...]"] + lines[-max_lines:]
     return "\n".join(lines) + "\n"
-
-
-def fingerprint_reports(
-    reports: Reports,
-    *,
-    rules: Sequence[Rule],
-    junit_path: Optional[Path] = None,
-    prefix: str = "",
-    warnings: Optional[list[str]] = None,
-    redactor: Optional[Redactor] = None,
-) -> list[Failure]:
-    """Fingerprint and classify the failing reports from their junit testcases: the user's
-    ``--junitxml`` (``junit_path``) read like any other runner's, or each report's own.
-
-    Secrets are redacted from the junit text *before* fingerprinting, so a signature on
-    disk never holds one and its hash is the hash of what is written.
-    """
-    read: Iterable[TestCaseResult]
-    if junit_path is not None and junit_path.is_file():
-        read = iter_testcases(junit_path, warnings=warnings)
-    else:
-        read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
-    cases = redact_cases(read, redactor)
-    failures = failures_from_cases(cases, extra_rules=rules, warnings=warnings)
-    known = {nodeid for nodeid, _ in reports}
-    failures = attach_nodeids(failures, reports, prefix)
-    # A user's --junitxml holds the whole run; keep what this run's reports say failed.
-    return [f for f in failures if f.nodeid in known] or failures
 
 
 def invocation_dir(config: pytest.Config) -> str:
@@ -142,6 +112,10 @@ def with_target_paths(
     return out
 
 
+# What a failure_classified event says of each failure.
+_CLASSIFIED_KEYS = ("nodeid", "fingerprint", "signature", "failure_type", "code_fixable", "transient", "failure_class")
+
+
 def store_incident(
     store: Store,
     incident: Incident,
@@ -153,21 +127,8 @@ def store_incident(
 ) -> str:
     """Write the incident, its classification events and its plan; the incident appears ``planned``.
     ``published``: receives the incident and plan records as written (``Store.create_incident``)."""
-    classified = [
-        pending(
-            FAILURE_CLASSIFIED,
-            {
-                "nodeid": failure.nodeid,
-                "fingerprint": failure.fingerprint,
-                "signature": failure.signature,
-                "failure_type": failure.failure_type,
-                "code_fixable": failure.code_fixable,
-                "transient": failure.transient,
-                "failure_class": failure.failure_class,
-            },
-        )
-        for failure in failures
-    ]
+    classified = [pending(FAILURE_CLASSIFIED, {key: getattr(failure, key) for key in _CLASSIFIED_KEYS})
+                  for failure in failures]
     def plan(written: Incident) -> tuple[Plan, str]:
         # From the incident as the store publishes it: no re-read of incident.json.
         built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
@@ -184,36 +145,34 @@ def analyse_run(
     config: pytest.Config,
     effective: EffectiveConfig,
     reports: Reports,
-    evidence: Mapping[str, RootCause] = MappingProxyType({}),
+    evidence: Mapping[str, RootCause],
     warnings: list[str],
-    redactor: Optional[Redactor] = None,
+    redactor: Redactor,
     user_junit: bool = True,
 ) -> list[Failure]:
     """Fingerprinted, classified, redacted failures of this run's failing reports (their node
     ids already redacted, as written), with target paths and ``evidence`` (by node id as
-    written). ``redactor``: the run's (default: built from ``effective``).
-    ``user_junit``: read the user's ``--junitxml`` when there is one; not for failed runs
-    that passed on re-run, which it holds as passing tests."""
+    written), from their junit testcases: the user's ``--junitxml`` read like any other
+    runner's (``user_junit``; not for failed runs that passed on re-run, which it holds as
+    passing tests), or each report's own. Secrets are redacted from the junit text before
+    fingerprinting: a signature on disk never holds one and its hash is that of what is written."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
-    redactor = redactor or effective.redactor
-    failures = fingerprint_reports(
-        reports,
-        rules=rules_for_run(effective.settings.classification_rules,
-                            parse_hook_rules(hooks.classification_rules(config.pluginmanager))),
-        junit_path=Path(xmlpath) if xmlpath else None,
-        prefix=_junit_prefix(config),
-        warnings=warnings,
-        redactor=redactor,
-    )
+    prefix = _junit_prefix(config)
+    read: Iterable[TestCaseResult]
+    if xmlpath and Path(xmlpath).is_file():
+        read = iter_testcases(Path(xmlpath), warnings=warnings)
+    else:
+        read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
+    rules = rules_for_run(effective.settings.classification_rules,
+                          parse_hook_rules(hooks.classification_rules(config.pluginmanager)))
+    failures = failures_from_cases(redact_cases(read, redactor), extra_rules=rules, warnings=warnings)
+    known = {nodeid for nodeid, _ in reports}
+    failures = attach_nodeids(failures, reports, prefix)
+    # A user's --junitxml holds the whole run; keep what this run's reports say failed.
+    failures = [f for f in failures if f.nodeid in known] or failures
     return with_target_paths(failures, reports, evidence, Path(config.rootpath), invocation_dir(config))
 
 
-def _triaged(entry: Failure, triage: Triage) -> Failure:
-    """``entry`` with its triage; a failure the history calls flaky is classed transient
-    (not deterministic), so its class, its triage and `selfheal flaky` say the same."""
-    if triage.label == TriageLabel.FLAKY and entry.failure_class == FailureClass.DETERMINISTIC:
-        return replace(entry, triage=triage, failure_class=FailureClass.TRANSIENT)
-    return replace(entry, triage=triage)
 
 
 def capture_incident(
@@ -235,19 +194,13 @@ def capture_incident(
     passed_on_rerun: Sequence[Failure] = (),
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under ``reports_root``
-    (``reports`` and ``tdd_nodeids`` with their node ids redacted, as written).
-
-    ``ci_run``: the run token of the ``selfheal ci`` that started this pytest, recorded as
-    ``ci_run`` so that ci loops only what its own run captured. ``redactor``: the run's
-    (default: built from ``effective``). ``git``: the snapshot of the project's tree
-    (excluding ``reports_root``) when the caller started it early, so its git processes ran
-    while the failures were analysed. ``unverified``: failing tests counted but not kept
-    (over the junit reader's cap): recorded, so the incident can never end in ``success``.
-    ``seal``: what decides what runs and how it is judged, as this run had it (config/seal.py).
-    ``passed_on_rerun``: the failed runs of tests that passed on a re-run (a re-run plugin),
-    recorded and triaged with the capture and kept beside its failures, never in its
-    selection; ``reruns``: how often each failing test was re-run (node id as recorded).
+    """Capture this run's failures (from :func:`analyse_run`) as a new incident under
+    ``reports_root`` (node ids redacted, as written). ``ci_run``: the token of the ``selfheal ci``
+    that started this pytest (ci loops only what its own run captured). ``git``: the snapshot
+    the caller started early. ``unverified``: failing tests over the junit reader's cap (the
+    incident can then never end in ``success``). ``passed_on_rerun``: failed runs of tests that
+    passed on a re-run, recorded beside the failures, never in the selection; ``reruns``: how
+    often each failing test was re-run.
     """
     rootdir = Path(config.rootpath)
     redactor = redactor or effective.redactor
@@ -257,15 +210,8 @@ def capture_incident(
     # first sighting: its diff hash lets iteration 1 see a code change.
     snapshot = git.result() if git is not None else git_snapshot(rootdir, exclude=[reports_root])
     # The failure history: record this run, and triage each failure against the base branch.
-    history = record_and_triage(
-        reports_root, effective.settings.history,
-        run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"),
-                 git=snapshot.context or GitContext()),
-        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in [*failures, *passed_on_rerun]],
-        project_root=rootdir, passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
-    )
-    if warnings is not None:
-        warnings.extend(history.warnings)
+    history = _record_history(effective, reports_root, rootdir, run_id, counts, failures, passed_on_rerun, warnings,
+                              snapshot.context or GitContext())
     entries = _triaged_entries(incident.failures, history.triage)
     incident = replace(
         incident,
@@ -286,7 +232,9 @@ def capture_incident(
     written: list[tuple[Incident, Optional[Plan]]] = []
     incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
                                  failures=failures, published=lambda doc, plan: written.append((doc, plan)))
-    where = _display_path(reports_root / INBOX_DIR / incident_id, Path(config.invocation_params.dir))
+    where = reports_root / INBOX_DIR / incident_id
+    if where.is_relative_to(config.invocation_params.dir):
+        where = where.relative_to(config.invocation_params.dir)
     labels = [t.label for f in failures if (t := history.triage.get(f.nodeid or f.test)) is not None]
     triaged = f" ({triage_headline(labels, history.base_branch)})" if labels else ""
     flaky = f", {rerun_count(len(passed_on_rerun))}" if passed_on_rerun else ""
@@ -298,7 +246,7 @@ def capture_incident(
     if len(failures) > 10:
         lines.append(f"  ... and {len(failures) - 10} more (selfheal show {incident_id})")
     lines += failure_lines(passed_on_rerun, history.triage)
-    return CaptureResult(incident_id, list(failures), written[0][0], written[0][1], lines)
+    return CaptureResult(incident_id, written[0][0], written[0][1], lines)
 
 
 def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
@@ -323,23 +271,41 @@ def record_passed_on_rerun(
     """Record a run that captured nothing but had tests pass on a re-run (a green run, or
     one whose failures an open incident took): one history run of its own holding them as
     ``passed_on_rerun`` (``capture:<run_id>``, a new id by default); the terminal lines that say so."""
-    rootdir = Path(config.rootpath)
-    history = record_and_triage(
-        reports_root, effective.settings.history,
-        run_info(run_key=f"capture:{run_id or new_run_id()}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests")),
-        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in passed_on_rerun], project_root=rootdir,
-        passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
-    )
-    if warnings is not None:
-        warnings.extend(history.warnings)
+    history = _record_history(effective, reports_root, Path(config.rootpath), run_id or new_run_id(), counts, (),
+                              passed_on_rerun, warnings)
     recorded = effective.settings.history.enabled and history.unavailable is None
     return [f"selfheal: {rerun_count(len(passed_on_rerun))}, {'' if recorded else 'not '}recorded in the history",
             *failure_lines(passed_on_rerun, history.triage)]
 
 
+def _record_history(
+    effective: EffectiveConfig, reports_root: Path, rootdir: Path, run_id: str, counts: Mapping[str, int],
+    failures: Sequence[Failure], passed_on_rerun: Sequence[Failure], warnings: Optional[list[str]],
+    git: Optional[GitContext] = None,
+) -> HistoryResult:
+    """Record this capture's run in the failure history and triage its failures against the base branch."""
+    history = record_and_triage(
+        reports_root, effective.settings.history,
+        run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"), git=git),
+        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in [*failures, *passed_on_rerun]],
+        project_root=rootdir, passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
+    )
+    if warnings is not None:
+        warnings.extend(history.warnings)
+    return history
+
+
 def _triaged_entries(entries: Sequence[Failure], triage: Mapping[str, Triage]) -> tuple[Failure, ...]:
-    return tuple(_triaged(entry, triage[key]) if key in triage else entry
-                 for entry in entries for key in [str(entry.nodeid or entry.test)])
+    """The entries with their triage; one the history calls flaky is classed transient (not
+    deterministic), so its class, its triage and `selfheal flaky` say the same."""
+    out = []
+    for entry in entries:
+        found = triage.get(str(entry.nodeid or entry.test))
+        if found is not None:
+            flaky = found.label == TriageLabel.FLAKY and entry.failure_class == FailureClass.DETERMINISTIC
+            entry = replace(entry, triage=found, failure_class=FailureClass.TRANSIENT if flaky else entry.failure_class)
+        out.append(entry)
+    return tuple(out)
 
 
 def _junit_prefix(config: pytest.Config) -> str:
@@ -347,10 +313,3 @@ def _junit_prefix(config: pytest.Config) -> str:
         return str(config.getini("junit_prefix") or "")
     except ValueError:  # junitxml plugin disabled
         return ""
-
-
-def _display_path(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)

@@ -1,24 +1,11 @@
-"""The remediation plan: ``plan.json`` and ``plan.md`` from an incident (pure).
+"""The remediation plan: ``plan.json`` from an incident, and its revisions (pure).
 
-Contract fields (the plan every consumer reads): incident_id, generated_at, summary,
-root_cause_hypotheses, actions (id, title, priority, risk, target_paths, verification),
-verification_commands, done_criteria. Extensions: ``revision`` (1, bumped by
-:func:`replan`), per action ``fingerprint``/``fingerprints``/``signature``/
-``failure_type``/``nodeids``/``test_paths``/``root_cause``, per hypothesis ``actions``.
-
-One action per *root cause* (:mod:`pytest_selfheal.plan.groups`): failures whose
-evidence points at the same function (innermost project frame, else the definitions the
-test calls) are one action whatever their messages; failures without evidence fall back to
-their failure type and normalised message. Each action's ``target_paths`` are the source
-files of its evidence, its ``test_paths`` the failing tests' files, its ``root_cause`` the
-evidence that grouped it. A command selects every failing node id, however many (the loop
-runs exactly them); ``plan.md`` shows a long one short (:func:`readable_command`) and stays
-under a size bound (plan/markdown.py). The rules are in docs/loop.md "The plan".
-
-Verification commands are strings for humans and for the loop driver, which splits them
-with :func:`shlex.split` and runs the argv list without a shell
-(:func:`verification_argv`); node ids are quoted with :func:`shlex.quote` so
-parametrised ids with spaces or brackets survive the round trip.
+One action per root cause (:mod:`pytest_selfheal.plan.groups`): failures whose evidence
+points at the same function are one action whatever their messages; failures without
+evidence fall back to their failure type and normalised message. A command selects every
+failing node id; node ids are quoted with :func:`shlex.quote` so that the loop, which splits
+a command with :func:`shlex.split` and runs it without a shell (:func:`verification_argv`),
+gets them back whole. The rules are in docs/loop.md "The plan".
 """
 
 from __future__ import annotations
@@ -32,12 +19,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.plan.groups import (
-    Group,
-    evidence_paths,
-    group_by_root_cause,
-    selection_file,
-)
+from pytest_selfheal.plan.groups import Group, evidence_paths, group_by_root_cause, selection_file
 from pytest_selfheal.plan.suspects import RankedGroup, Source, locate, rank_groups
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Failure, Incident
@@ -66,39 +48,22 @@ DONE_CRITERIA: tuple[str, ...] = (
 
 # Per failure type: action title verb, hypothesis text, confidence.
 _TYPE_INFO: dict[str, tuple[str, str, str]] = {
-    TEST_ASSERTION: (
-        "Fix the failing assertion",
-        "the code under test returns a wrong value or the test expectation is outdated",
-        "medium",
-    ),
-    DOCTEST_MISMATCH: (
-        "Fix the doctest mismatch",
-        "a docstring example prints something else than its expected output: the code changed "
-        "or the example is outdated",
-        "medium",
-    ),
+    TEST_ASSERTION: ("Fix the failing assertion",
+                     "the code under test returns a wrong value or the test expectation is outdated", "medium"),
+    DOCTEST_MISMATCH: ("Fix the doctest mismatch", "a docstring example prints something else than its expected "
+                       "output: the code changed or the example is outdated", "medium"),
     TYPECHECK: ("Fix the type error", "a type error: a call or value does not match its declared type", "high"),
     LINT: ("Fix the lint error", "a lint rule is violated by the changed code", "high"),
-    BUILD_COMPILE: (
-        "Fix the syntax or import error",
-        "a syntax or import error (a module, name or dependency that does not load)",
-        "high",
-    ),
-    TOOLING_ENV: (
-        "Repair the test environment",
-        "an environment problem (missing module or command, credentials, service, permissions or disk), "
-        "not a code defect",
-        "high",
-    ),
-    TIMEOUT: (
-        "Investigate the timeout",
-        "the test hangs or is too slow: a deadlock, a wait on an unavailable resource or a performance regression",
-        "low",
-    ),
+    BUILD_COMPILE: ("Fix the syntax or import error",
+                    "a syntax or import error (a module, name or dependency that does not load)", "high"),
+    TOOLING_ENV: ("Repair the test environment", "an environment problem (missing module or command, credentials, "
+                  "service, permissions or disk), not a code defect", "high"),
+    TIMEOUT: ("Investigate the timeout", "the test hangs or is too slow: a deadlock, a wait on an unavailable "
+              "resource or a performance regression", "low"),
     UNKNOWN: ("Investigate the failure", "the failure could not be classified; read the log tail", "low"),
 }
 
-_STEP_COLLECTION = "collection"
+STEP_COLLECTION = "collection"  # the step of an incident whose first failure is a collection error
 
 # plan.md stays readable and small at any failure count (docs/loop.md "The plan").
 # A command selecting more node ids than this is shown with its first few, then "… N more".
@@ -118,8 +83,8 @@ def _failures(incident: Incident) -> tuple[Failure, ...]:
     step = incident.step
     return (
         Failure(
-            nodeid=step if step and step != _STEP_COLLECTION else None,
-            test=step if step != _STEP_COLLECTION else "",
+            nodeid=step if step and step != STEP_COLLECTION else None,
+            test=step if step != STEP_COLLECTION else "",
             fingerprint=incident.fingerprint or _short_hash(incident.error_signature),
             signature=incident.error_signature,
             failure_type=incident.failure_type if incident.failure_type is not None else UNKNOWN,
@@ -204,11 +169,6 @@ def _priority(members: Sequence[Failure]) -> str:
     return "P1"
 
 
-def _risk(target_paths: Sequence[str]) -> str:
-    # A fix confined to the test and one module is low risk; wider reach is medium.
-    return "low" if len(target_paths) <= 2 else "medium"
-
-
 def shorten(text: str, limit: int = 80) -> str:
     """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
     text = " ".join(text.split())
@@ -236,6 +196,8 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     message = normalised_message(first)
     nodeids = unique([s for s in (_selection(m) for m in members) if s is not None])
     tests = unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
+    messages = len({normalised_message(m) for m in members})
+    shapes = f", {messages} messages" if messages > 1 else ""
     if group.evidence == EvidenceKind.FINGERPRINT:
         # No evidence: the paths of the traceback text and the test file's imports.
         candidates = [p for member in members for p in member.target_paths if p]
@@ -246,21 +208,18 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     else:
         targets = evidence_paths(group)
         signature = f"{failure_type} | root cause {group.path}::{group.name}"
-        messages = len({normalised_message(m) for m in members})
-        shapes = f", {messages} messages" if messages > 1 else ""
         about = shorten(f"{group.name} in {group.path}{shapes} ({message})")
     verb = _type_info(failure_type)[0]
     raised = _raised(first) if failure_type == TEST_ASSERTION else None
     if raised is not None:  # an exception, not a failed assertion: what it is, where it was raised
-        messages = len({normalised_message(m) for m in members})
-        verb, about = raised[0], shorten(raised[1] + (f", {messages} messages" if messages > 1 else ""))
+        verb, about = raised[0], shorten(raised[1] + shapes)
     count = f" ({len(nodeids)} tests)" if len(nodeids) > 1 else f" in {nodeids[0]}" if nodeids else ""
     located = locate(ranked, source)
     return PlanAction(
         id=f"A{index}",
         title=f"{verb}{count}: {about}",
         priority=_priority(members),
-        risk=_risk(targets),
+        risk="low" if len(targets) <= 2 else "medium",  # a fix confined to the test and one module
         target_paths=tuple(targets),
         test_paths=tuple(tests),
         verification=(pytest_command(nodeids, python=python) if nodeids else _collect_only(python),),

@@ -2,15 +2,11 @@
 
 During the run it keeps counters and pytest's failing reports, nothing more. pytest marks
 every module of a plugin's distribution for assertion rewriting, so where bytecode is not
-written (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) each module a run imports
-is parsed and compiled again: a green run imports no module of the package but the plugin,
-this one, :mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py). What
-only some runs need loads when they have it: the config when there is one to read
+written each module a run imports is compiled again: a green run imports no module of the
+package but the plugin, this one, :mod:`pytest_selfheal.names` and the hookspecs
+(tests/test_entry_point.py). What only some runs need loads when they have it: the config
 (:mod:`.run_config`), the root-cause resolver at a failure, the incidents on disk and the
-loop (:mod:`.loop_side`). At session end, on the controller only and only when something
-failed or an open incident's test ran, the session end (:mod:`.finish`) records the next
-iteration of an open incident (agent mode) or captures a new incident, optionally runs the
-loop, and writes the report.
+loop (:mod:`.loop_side`), and the session end (:mod:`.finish`).
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
-    if config.getoption("selfheal_spectrum") or (config.getoption("selfheal_spectrum") is None
-                                                 and config.getini("selfheal_spectrum")):
+    if flag_or_ini(config, "selfheal_spectrum"):
         # Imported here: only --selfheal-spectrum records what each test runs.
         from pytest_selfheal.capture.spectrum import SpectrumHook
 
@@ -85,6 +80,12 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
     config.pluginmanager.register(root_cause, _ROOT_CAUSE_NAME)
     config.pluginmanager.register(Recorder(config, effective, root_cause.evidence, spectrum, ci_run, read_files),
                                   RECORDER_PLUGIN)
+
+
+def flag_or_ini(config: pytest.Config, name: str) -> bool:
+    """Whether the ``--selfheal-*`` flag ``name`` is on, else its ini option when the flag is not given."""
+    flag = config.getoption(name)
+    return bool(flag) if flag is not None else bool(config.getini(name))
 
 
 def has_config(config: pytest.Config) -> bool:
@@ -256,14 +257,11 @@ _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 class Recorder:
     """Collects failing reports during the run; at session end records agent attempts and captures."""
 
-    def __init__(
-        self, config: pytest.Config, effective: Optional[EffectiveConfig],
-        evidence: Optional[dict[str, RootCause]] = None, spectrum: Optional[SpectrumHook] = None,
-        ci_run: Optional[str] = None, read_files: Optional[ReadFiles] = None,
-    ) -> None:
+    def __init__(self, config: pytest.Config, effective: Optional[EffectiveConfig], evidence: dict[str, RootCause],
+                 spectrum: Optional[SpectrumHook], ci_run: Optional[str], read_files: ReadFiles) -> None:
         self.config = config
-        self.read_files = read_files or ReadFiles(config.rootpath)  # what the tests read (the seal's test data)
-        self.evidence = evidence if evidence is not None else {}  # node id -> root cause (RootCauseHook)
+        self.read_files = read_files  # what the tests read (the seal's test data)
+        self.evidence = evidence  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
         # pytest's failing reports (test and collection reports: ``when`` is their phase), kept as
@@ -473,7 +471,7 @@ class Recorder:
         self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
                               or exitstatus == pytest.ExitCode.INTERRUPTED)
         # Open incidents' tests this run should have run and did not (LoopSide.gone).
-        self.gone = self.loop_side().gone(session, exitstatus) if self.open_incidents else set()
+        self.gone = self.loop_side().gone() if self.open_incidents else set()
         if self.unlogged:
             self._take_hidden()
         return bool(self.failed or self.outcomes or self.gone or self.passed_on_rerun() or (
@@ -484,11 +482,6 @@ class Recorder:
         """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
         path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
         return path is not None and path.is_file()
-
-    def loop_requested(self) -> bool:
-        """--selfheal-loop, or its ini option."""
-        flag = self.config.getoption("selfheal_loop")
-        return bool(flag) if flag is not None else bool(self.config.getini("selfheal_loop"))
 
     def outcomes_incidents(self) -> set[str]:
         """Open incidents this run recorded an attempt for."""

@@ -1,10 +1,6 @@
-"""The end of a ``pytest --selfheal`` session that has something to record (edge).
-
-Loaded by the recorder at session end, on the controller, only when a test failed or an
-open incident's test ran: a green run never imports this module nor the capture, plan,
-report and store machinery below it (docs/benchmarks.md, "Green run"). It records the next
-iteration of an open incident (agent mode) or captures a new incident, optionally runs the
-loop, and writes the report.
+"""The end of a ``pytest --selfheal`` session that has something to record (edge): the next
+iteration of an open incident (agent mode) or a new incident, the loop when asked, the report.
+Loaded on the controller only when a test failed or an open incident's test ran.
 """
 
 from __future__ import annotations
@@ -19,12 +15,7 @@ from typing import Any, Optional
 from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.incident import Reports
 from pytest_selfheal.capture.options import capture_options
-from pytest_selfheal.capture.run import (
-    analyse_run,
-    capture_incident,
-    invocation_dir,
-    record_passed_on_rerun,
-)
+from pytest_selfheal.capture.run import analyse_run, capture_incident, record_passed_on_rerun
 from pytest_selfheal.config.seal import Loaded, loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import InputError, SelfhealError
@@ -32,7 +23,7 @@ from pytest_selfheal.gitrepo import PendingSnapshot
 from pytest_selfheal.history.segments import ci_capture_run_id
 from pytest_selfheal.junit import reader
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, passing_spectrum
-from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder
+from pytest_selfheal.recorder import ROOT_CAUSE_ATTR, Recorder, flag_or_ini
 from pytest_selfheal.records.incident import RootCause
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.redacted import bounded_nodeid
@@ -126,8 +117,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     # The run's replayable options: compared by agent mode, recorded by a capture.
     options, options_problem = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
-        agent = recorder.loop_side().record_attempts(failures, exitstatus, None if options_problem else options,
-                                                     invocation_dir(recorder.config))
+        agent = recorder.loop_side().record_attempts(failures, exitstatus, None if options_problem else options)
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
@@ -178,7 +168,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
                 passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
-        if recorder.loop_requested():
+        if flag_or_ini(recorder.config, "selfheal_loop"):
             recorder.captured = recorder.loop_side().run_loop(recorder.captured)
     if passed_on_rerun:
         lines = record_passed_on_rerun(config=recorder.config, effective=recorder.effective,

@@ -1,9 +1,6 @@
 """The recorder's loop side (edge): the incidents on disk a ``pytest --selfheal`` run may be
-an iteration of, and the loop it runs with ``--selfheal-loop``.
-
-The recorder loads it only when its reports root holds an incident (open, or stopped in the
-inbox or the escalated archive) or the loop is asked for: a green run of a project without
-incidents, and a red run that only captures, never import the loop.
+an iteration of, and the loop it runs with ``--selfheal-loop``; loaded only when the reports
+root holds an incident or the loop is asked for.
 """
 
 from __future__ import annotations
@@ -12,8 +9,6 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
-
-import pytest
 
 from pytest_selfheal.capture.run import invocation_dir
 from pytest_selfheal.config.seal import loaded_now
@@ -32,6 +27,11 @@ from pytest_selfheal.store.root import Store, project_store
 
 if TYPE_CHECKING:
     from pytest_selfheal.recorder import Recorder
+
+
+def _unplaceable(nodeid: str) -> bool:
+    """An id holding a secret (redacted or truncated) cannot be placed in the tree."""
+    return is_redacted(nodeid) or TRUNCATED in nodeid
 
 
 class LoopSide:
@@ -72,9 +72,9 @@ class LoopSide:
     @staticmethod
     def any_redacted(nodeids: set[str]) -> bool:
         """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
-        return any(is_redacted(n) or TRUNCATED in n for n in nodeids)
+        return any(map(_unplaceable, nodeids))
 
-    def gone(self, session: pytest.Session, exitstatus: int) -> set[str]:
+    def gone(self) -> set[str]:
         """Open incidents' selected tests this run should have run and has no outcome for
         (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
         it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected."""
@@ -89,8 +89,8 @@ class LoopSide:
             scopes.append((Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest))
         gone = set()
         for nodeid in recorder.watched - recorder.outcomes.keys():
-            if is_redacted(nodeid) or TRUNCATED in nodeid:
-                continue  # an id holding a secret cannot be placed
+            if _unplaceable(nodeid):
+                continue
             path, _, rest = nodeid.partition("::")
             where = Path(os.path.abspath(rootdir / path))
             if any((where == scope and (not inner or rest == inner or rest.startswith((inner + "::", inner + "["))))
@@ -106,25 +106,22 @@ class LoopSide:
         except SelfhealError:
             return False
 
-    def record_attempts(self, failures: list[Any], exitstatus: int, run_options: Optional[list[str]],
-                        run_dir: str) -> agent_mode.AgentResult:
-        """This run as the next attempt of each open incident whose tests it ran."""
+    def record_attempts(
+        self, failures: list[Any], exitstatus: int, run_options: Optional[list[str]], store: Optional[Store] = None,
+        incidents: Optional[list[agent_mode.OpenIncident]] = None, outcomes: Optional[dict[str, str]] = None,
+    ) -> agent_mode.AgentResult:
+        """This run as the next attempt of each open incident (default: the run's) whose tests it ran."""
         recorder = self.recorder
+        config = recorder.config
         return agent_mode.record_agent_attempts(
-            store=self.store(),
-            effective=recorder.effective,
-            incidents=recorder.open_incidents,
-            outcomes=recorder.outcomes,
-            failures=failures,
-            project_root=Path(recorder.config.rootpath),
-            reports_root=recorder.reports_root,
-            invocation=list(recorder.config.invocation_params.args),
-            started_at=recorder.started_at,
-            exit_code=exitstatus,
-            run_options=run_options,
-            run_dir=run_dir,
-            loaded=loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read()),
-            gone=recorder.gone,
+            store=store or self.store(), effective=recorder.effective,
+            incidents=recorder.open_incidents if incidents is None else incidents,
+            outcomes=recorder.outcomes if outcomes is None else outcomes, failures=failures,
+            project_root=Path(config.rootpath), reports_root=recorder.reports_root,
+            invocation=list(config.invocation_params.args), started_at=recorder.started_at, exit_code=exitstatus,
+            run_options=run_options, run_dir=invocation_dir(config),
+            loaded=loaded_now(config.pluginmanager.get_plugins(), recorder.test_data_read()),
+            gone=recorder.gone if incidents is None else (),
             ran=None if recorder.cut_short else self.every_outcome(failures),
         )
 
@@ -182,15 +179,10 @@ class LoopSide:
             sticky.continue_stopped(store, match)
             at = len(recorder.lines)
             resumed = [i for i in agent_mode.open_incidents(store) if i.incident_id == incident_id]
-            outcomes = self._outcomes_of(resumed, failures)
-            agent = agent_mode.record_agent_attempts(
-                store=store, effective=recorder.effective, incidents=resumed, outcomes=outcomes, failures=failures,
-                project_root=root, reports_root=recorder.reports_root,
-                invocation=list(recorder.config.invocation_params.args),
-                started_at=recorder.started_at, exit_code=exitstatus, run_options=run_options,
-                run_dir=invocation_dir(recorder.config), loaded=loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read()),
-                ran=None if recorder.cut_short else self.every_outcome(failures),
-            )
+            # This run's outcome of each test the resumed incident selects.
+            every = self.every_outcome(failures)
+            outcomes = {n: every[n] for i in resumed for n in i.selection if n in every}
+            agent = self.record_attempts(failures, exitstatus, run_options, store, resumed, outcomes)
             recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
             # A narrower run that passes is continued, not counted (loop/agent_mode.py).
             recorder.lines.insert(at, (SUMMARY, f"selfheal: incident {incident_id} stopped ({match.incident.stop_reason}) "
@@ -200,11 +192,6 @@ class LoopSide:
             recorder.outcomes.update(outcomes)
             recorder.open_incidents += resumed
         return rest, still_open
-
-    def _outcomes_of(self, incidents: list[agent_mode.OpenIncident], failures: list[Any]) -> dict[str, str]:
-        """This run's outcome of each test the incidents select (a test it did not run: absent)."""
-        every = self.every_outcome(failures)
-        return {n: every[n] for i in incidents for n in i.selection if n in every}
 
     def every_outcome(self, failures: list[Any]) -> dict[str, str]:
         """This run's outcome of every test it ran, as the incidents know its id: a failure over a

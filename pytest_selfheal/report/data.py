@@ -175,18 +175,14 @@ def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Opt
              for a in calls[-REPAIR_CALLS_SHOWN:] if a.repair is not None]
     if len(calls) > REPAIR_CALLS_SHOWN:
         lines.insert(0, f"{len(calls)} repair calls, the last {REPAIR_CALLS_SHOWN}:")
-    if block is not None:
-        named = block.final_patch and not all(f in block.message for f in block.files_changed)
-        files = f" ({', '.join(block.files_changed)})" if block.files_changed and named else ""
-        lines.append(f"{block.final_patch or 'patch'}: {block.message or 'no change was proposed'}{files}")
-    return {
-        "provider_calls": block.provider_calls if block is not None else len(calls),
-        "final_patch": block.final_patch if block is not None else None,
-        "applied": bool(block is not None and block.applied),
-        "applied_to": block.applied_to if block is not None else None,
-        "files_changed": list(block.files_changed) if block is not None else [],
-        "summary": lines,
-    }
+    if block is None:
+        return {"provider_calls": len(calls), "final_patch": None, "applied": False, "applied_to": None,
+                "files_changed": [], "summary": lines}
+    named = block.final_patch and not all(f in block.message for f in block.files_changed)
+    files = f" ({', '.join(block.files_changed)})" if block.files_changed and named else ""
+    lines.append(f"{block.final_patch or 'patch'}: {block.message or 'no change was proposed'}{files}")
+    return {"provider_calls": block.provider_calls, "final_patch": block.final_patch, "applied": bool(block.applied),
+            "applied_to": block.applied_to, "files_changed": list(block.files_changed), "summary": lines}
 
 
 def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, looped: bool, has_plan: bool,
@@ -276,15 +272,10 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
             also_where=action.also_where,
         ))
 
-    new_failures: list[NewFailure] = []
-    seen: set[tuple[str, str]] = set()
+    new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
     for attempt in attempts:
         for failure in attempt.new_failures:
-            key = (_failure_id(failure) or "", failure.fingerprint)
-            if key in seen:
-                continue
-            seen.add(key)
-            new_failures.append(NewFailure(
+            new_failures.setdefault((_failure_id(failure) or "", failure.fingerprint), NewFailure(
                 nodeid=_failure_id(failure),
                 fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
                 signature=failure.signature if _recorded(failure, "signature") else None,
@@ -336,7 +327,7 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
         tests_edited=attempts[-1].tests_edited if attempts else (),
         unverified_failures=incident.unverified_failures,
-        new_failures=tuple(new_failures),
+        new_failures=tuple(new_failures.values()),
         triage=tuple(report_triage([*failures, *incident.passed_on_rerun], flaky)),
         decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,

@@ -15,16 +15,9 @@ from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
 
 
-def _signature_message(failure: Failure) -> str:
-    # An attempt keeps the signature "TYPE | test | first line": the message is its last part.
-    if failure.message:
-        return failure.message
-    signature = failure.signature
-    return signature.split(" | ", 2)[-1] if " | " in signature else signature
-
-
 def _failed_run(failure: Failure) -> FailedRun:
-    message = _signature_message(failure)
+    # An attempt keeps the signature "TYPE | test | first line": the message is its last part.
+    message = failure.message or failure.signature.split(" | ", 2)[-1]
     fingerprint = failure.fingerprint
     text = f"{message}\n(selfheal fingerprint {fingerprint})" if fingerprint else message
     return FailedRun(message.splitlines()[0] if message else "", failure.failure_type or "UNKNOWN", text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 from pytest_selfheal.config.keys import DEFAULT_ORIGIN
@@ -16,7 +16,6 @@ from pytest_selfheal.loop.messages import plural, unverified_summary, unverified
 from pytest_selfheal.plan.build import shorten
 from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.report import REPORT_TITLE, Report, ReportIncident, ReportInput, as_report
-from pytest_selfheal.records.run_result import DecisionOption
 from pytest_selfheal.records.stops import PROGRESS_NOTES
 from pytest_selfheal.records.tolerant import unique
 from pytest_selfheal.records.vocab import Line, final_tone
@@ -129,9 +128,12 @@ def _multi(report: Report) -> bool:
     return len(report.incidents) > 1
 
 
-def _sub(report: Report, entry: ReportIncident) -> list[str]:
-    """A per-incident sub-heading, only when the report has several incidents."""
-    return [f"#### {code(entry.incident_id)}", ""] if _multi(report) else []
+def _per_incident(report: Report, heading: str, block: Callable[[ReportIncident], list[str]]) -> list[str]:
+    """A section of one block per incident, each under a sub-heading when there are several."""
+    lines = [heading, ""]
+    for entry in report.incidents:
+        lines += ([f"#### {code(entry.incident_id)}", ""] if _multi(report) else []) + block(entry) + [""]
+    return lines[:-1]
 
 
 # --------------------------------------------------------------------------- markdown
@@ -323,29 +325,25 @@ def _section_config(report: Report) -> list[str]:
         [""] + notes if notes else [])
 
 
-def _section_fingerprints(report: Report) -> list[str]:
-    lines = ["### Fingerprint per Iteration", ""]
-    for entry in report.incidents:
-        lines += _sub(report, entry)
-        capture = entry.capture_fingerprints
-        rows = [["0", "capture", _FAIL if capture or entry.capture_tests else DASH, _codes(capture), DASH, DASH]]
-        for it in entry.iterations:
-            reasons = it.progress_reasons
-            progress = _yes_no(it.progress)
-            if reasons and it.progress is not None:
-                progress += f" ({', '.join(text(PROGRESS_NOTES.get(r, r), 40) for r in reasons)})"
-            fps = it.fingerprints
-            # Skipped or absent tests verified nothing: say so, never a bare ❌ without a fingerprint.
-            unverified = unverified_tests(it.outcomes)
-            cells = ([_codes(fps)] if fps or not unverified else []) + [text(unverified_summary(unverified, 3), 300)] * bool(unverified)
-            rows.append([str(it.iteration), text(it.mode or DASH),
-                         _PASS if it.verification_passed else (_WARN if unverified and not fps else _FAIL),
-                         "; ".join(cells), _yes_no(it.fingerprint_changed), progress])
-        lines += _table(["Iteration", "Mode", "Passed", "Fingerprints", "Changed", "Progress"], rows) + [""]
-    return lines[:-1]
+def _fingerprints(entry: ReportIncident) -> list[str]:
+    capture = entry.capture_fingerprints
+    rows = [["0", "capture", _FAIL if capture or entry.capture_tests else DASH, _codes(capture), DASH, DASH]]
+    for it in entry.iterations:
+        reasons = it.progress_reasons
+        progress = _yes_no(it.progress)
+        if reasons and it.progress is not None:
+            progress += f" ({', '.join(text(PROGRESS_NOTES.get(r, r), 40) for r in reasons)})"
+        fps = it.fingerprints
+        # Skipped or absent tests verified nothing: say so, never a bare ❌ without a fingerprint.
+        unverified = unverified_tests(it.outcomes)
+        cells = ([_codes(fps)] if fps or not unverified else []) + [text(unverified_summary(unverified, 3), 300)] * bool(unverified)
+        rows.append([str(it.iteration), text(it.mode or DASH),
+                     _PASS if it.verification_passed else (_WARN if unverified and not fps else _FAIL),
+                     "; ".join(cells), _yes_no(it.fingerprint_changed), progress])
+    return _table(["Iteration", "Mode", "Passed", "Fingerprints", "Changed", "Progress"], rows)
 
 
-def _test_list(report: Report, fixed: bool, empty: str) -> list[str]:
+def _test_list(report: Report, fixed: bool) -> list[str]:
     items: list[str] = []
     hidden = 0
     for entry in report.incidents:
@@ -357,19 +355,13 @@ def _test_list(report: Report, fixed: bool, empty: str) -> list[str]:
             continue
         items += [f"- {code(nodeid)}{where}" for nodeid in tests[:SECTION_MAX_ROWS]]
         hidden += max(0, len(tests) - SECTION_MAX_ROWS)
-    return items + _more(hidden, "tests") if items else [empty]
-
-
-def _section_fixed(report: Report) -> list[str]:
-    return ["### Tests Fixed Along the Way", ""] + _test_list(report, True, "None.")
+    return items + _more(hidden, "tests") if items else ["None."]
 
 
 def _section_flaky(report: Report) -> list[str]:
-    lines = ["### Flaky Tests", ""]
-    items = _test_list(report, False, "None.")
-    if items != ["None."]:
-        lines += ["Failed, then passed on re-run with no code change:", ""]
-    return lines + items
+    items = _test_list(report, False)
+    said = ["Failed, then passed on re-run with no code change:", ""] if items != ["None."] else []
+    return ["### Flaky Tests", "", *said, *items]
 
 
 def _section_new_failures(report: Report) -> list[str]:
@@ -396,80 +388,66 @@ def _grid_tests(entry: ReportIncident) -> list[str]:
     return ordered + sorted(rest - set(ordered))
 
 
+def _grid(entry: ReportIncident) -> list[str]:
+    tests = _grid_tests(entry)
+    if not tests:
+        return ["No per-test outcomes recorded."]
+    iterations = entry.iterations
+    hidden_iterations = max(0, len(iterations) - (GRID_MAX_COLUMNS - 1))
+    shown = iterations[hidden_iterations:]
+    capture = set(entry.capture_tests)
+    header = ["Test", "capture"] + [str(it.iteration) for it in shown]
+    # Tests with the same outcomes in every column share one row: the grid scales with the
+    # different histories, not with the tests (the JSON has each test's outcomes).
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for nodeid in tests:
+        outcomes = [it.outcomes.get(nodeid) for it in shown]
+        key = (_FAIL if nodeid in capture else DASH,) + tuple(
+            DASH if o is None else _CELL_SYMBOL.get(o, _WARN) for o in outcomes)
+        groups.setdefault(key, []).append(nodeid)
+    more = {ids[0]: len(ids) - 1 for ids in groups.values() if len(ids) >= GRID_GROUP_MIN}
+    named = [(t, k) for k, ids in groups.items() for t in ids if len(ids) < GRID_GROUP_MIN or t in more]
+    order = {nodeid: i for i, nodeid in enumerate(tests)}
+    named.sort(key=lambda row: order[row[0]])  # in the order of the tests
+    rows = [[code(nodeid, 120) + (f" and {more[nodeid]:,} more with these outcomes" if nodeid in more else ""),
+             *key] for nodeid, key in named[:GRID_MAX_TESTS]]
+    lines = _table(header, rows)
+    notes = []
+    hidden_tests = sum(1 + more.get(nodeid, 0) for nodeid, _ in named[GRID_MAX_TESTS:])
+    if hidden_tests:
+        notes.append(f"… {hidden_tests:,} more tests not shown")
+    if hidden_iterations:
+        notes.append(f"… {plural(hidden_iterations, 'earlier iteration')} not shown")
+    return lines + ([""] + ["; ".join(notes) + "."] if notes else [])
+
+
 def _section_grid(report: Report) -> list[str]:
-    lines = ["### Iterations × Tests", ""]
-    for entry in report.incidents:
-        lines += _sub(report, entry)
-        tests = _grid_tests(entry)
-        if not tests:
-            lines += ["No per-test outcomes recorded.", ""]
-            continue
-        iterations = entry.iterations
-        hidden_iterations = max(0, len(iterations) - (GRID_MAX_COLUMNS - 1))
-        shown = iterations[hidden_iterations:]
-        capture = set(entry.capture_tests)
-        header = ["Test", "capture"] + [str(it.iteration) for it in shown]
-        # Tests with the same outcomes in every column share one row: the grid scales with the
-        # different histories, not with the tests (the JSON has each test's outcomes).
-        groups: dict[tuple[str, ...], list[str]] = {}
-        for nodeid in tests:
-            outcomes = [it.outcomes.get(nodeid) for it in shown]
-            key = (_FAIL if nodeid in capture else DASH,) + tuple(
-                DASH if o is None else _CELL_SYMBOL.get(o, _WARN) for o in outcomes)
-            groups.setdefault(key, []).append(nodeid)
-        more = {ids[0]: len(ids) - 1 for ids in groups.values() if len(ids) >= GRID_GROUP_MIN}
-        named = [(t, k) for k, ids in groups.items() for t in ids if len(ids) < GRID_GROUP_MIN or t in more]
-        order = {nodeid: i for i, nodeid in enumerate(tests)}
-        named.sort(key=lambda row: order[row[0]])  # in the order of the tests
-        rows = [[code(nodeid, 120) + (f" and {more[nodeid]:,} more with these outcomes" if nodeid in more else ""),
-                 *key] for nodeid, key in named[:GRID_MAX_TESTS]]
-        lines += _table(header, rows)
-        notes = []
-        hidden_tests = sum(1 + more.get(nodeid, 0) for nodeid, _ in named[GRID_MAX_TESTS:])
-        if hidden_tests:
-            notes.append(f"… {hidden_tests:,} more tests not shown")
-        if hidden_iterations:
-            notes.append(f"… {plural(hidden_iterations, 'earlier iteration')} not shown")
-        lines += ([""] + ["; ".join(notes) + "."] if notes else []) + [""]
-    lines.append(f"{_PASS} passed · {_FAIL} failed or error · {_WARN} skipped or missing from the results · "
-                 f"{DASH} not run in that iteration")
-    return lines
+    return _per_incident(report, "### Iterations × Tests", _grid) + [
+        "", f"{_PASS} passed · {_FAIL} failed or error · {_WARN} skipped or missing from the results · "
+        f"{DASH} not run in that iteration"]
 
 
 def _section_timeline(report: Report) -> list[str]:
     incidents = report.incidents
     if not incidents:
         return []
-    lines = ["### Loop Timeline", ""]
     if len(incidents) > MERMAID_MAX_INCIDENTS:
-        return lines + [f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
-    for entry in incidents:
-        lines += _sub(report, entry) + mermaid_timeline(entry) + [""]
-    return lines[:-1]
+        return ["### Loop Timeline", "", f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
+    return _per_incident(report, "### Loop Timeline", mermaid_timeline)
 
 
-def _option_line(option: DecisionOption) -> str:
-    oid = f"{code(option.id)}: " if option.id else ""
-    command = f" — {code(option.command)}" if option.command is not None else ""
-    return f"  - {oid}{text(option.label or DASH)}{command}"
-
-
-def _section_decision(report: Report) -> list[str]:
-    lines = ["### Decision Point", ""]
-    for entry in report.incidents:
-        lines += _sub(report, entry)
-        point = entry.decision_point
-        if point is None:
-            lines += ["None recorded: the loop has not stopped." if not entry.finished else "None recorded.", ""]
-            continue
-        lines.append(f"- Reason: {_reason(point.reason)}")
-        if point.message:
-            lines.append(f"- Message: {text(point.message, 500)}")
-        if point.options:
-            lines.append("- Options:")
-            lines += [_option_line(o) for o in point.options]
-        lines.append("")
-    return lines[:-1] if lines[-1] == "" else lines
+def _decision(entry: ReportIncident) -> list[str]:
+    point = entry.decision_point
+    if point is None:
+        return ["None recorded: the loop has not stopped." if not entry.finished else "None recorded."]
+    lines = [f"- Reason: {_reason(point.reason)}"]
+    if point.message:
+        lines.append(f"- Message: {text(point.message, 500)}")
+    if point.options:
+        lines.append("- Options:")
+        lines += [f"  - {f'{code(o.id)}: ' if o.id else ''}{text(o.label or DASH)}"
+                  f"{f' — {code(o.command)}' if o.command is not None else ''}" for o in point.options]
+    return lines
 
 
 def _section_next(report: Report) -> list[str]:
@@ -521,13 +499,13 @@ def render_markdown(
         _section_triage(records, quarantined=True),
         _section_tasks(records),
         _section_config(records),
-        _section_fingerprints(records) if records.incidents else [],
-        _section_fixed(records) if records.incidents else [],
+        _per_incident(records, "### Fingerprint per Iteration", _fingerprints) if records.incidents else [],
+        ["### Tests Fixed Along the Way", "", *_test_list(records, True)] if records.incidents else [],
         _section_flaky(records) if records.incidents else [],
         _section_new_failures(records),
         _section_grid(records) if records.incidents else [],
         _section_timeline(records) if mermaid else [],
-        _section_decision(records) if records.incidents else [],
+        _per_incident(records, "### Decision Point", _decision) if records.incidents else [],
         _section_next(records),
         _section_shards(records),
     ]

@@ -1,11 +1,6 @@
 """Running the loop for a surface (edge): the one loop entry every surface calls, pytest as a
-child process, and the final status as an exit code.
-
-With a repair provider the loop runs in an isolated git worktree (repair/), without one it is
-verify-only (loop/). Either way the verification runs get the hook classification rules, so they
-fingerprint a failure exactly like the capture did. ``selfheal ci`` and the MCP server's
-``run_tests`` tool both run ``pytest --selfheal`` as a child through the one process runner
-(:func:`pytest_selfheal.process.run`), reading the reports root before and after the run.
+child process, and the final status as an exit code. With a repair provider the loop runs in
+an isolated git worktree (repair/), without one it is verify-only (loop/).
 """
 
 from __future__ import annotations
@@ -52,12 +47,9 @@ def run_incident_loop(
 ) -> LoopResult:
     """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
 
-    ``cwd``: the project root; the verification runs there, or in the capture's rootdir when
-    that lies inside it. ``interactive`` and ``unattended`` default to whether stdin is a
-    terminal. ``verify_only`` runs no repair provider even when one is configured (the MCP
-    ``loop`` tool: the agent calling it is the one that repairs). ``shown``: the caller shows
-    the plan's suspects afterwards, so a verify-only loop ranks them too. ``state``: the
-    incident's records as the caller holds them, not read again; the loop writes through it.
+    ``cwd``: the project root. ``verify_only`` runs no repair provider (the MCP ``loop`` tool:
+    its caller repairs). ``shown``: the caller shows the plan's suspects afterwards, so a
+    verify-only loop ranks them too. ``state``: the incident's records as the caller holds them.
     """
     # Read once: the loop state holds it from here on.
     incident = state.incident if state is not None else store.read_incident(incident_id)
