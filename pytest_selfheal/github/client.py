@@ -49,8 +49,7 @@ class GitHubError(SelfhealError):
     def __init__(self, status: int, message: str, *, api_message: str = "") -> None:
         super().__init__(message)
         self.status = status
-        #: GitHub's own ``message`` field (e.g. "Resource not accessible by integration").
-        self.api_message = api_message
+        self.api_message = api_message  # GitHub's own ``message`` ("Resource not accessible by integration")
 
 
 _Origin = tuple[str, str, int]
@@ -68,10 +67,8 @@ def _origin(url: str) -> Optional[_Origin]:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -84,15 +81,8 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
         super().__init__()
         self._origin = origin
 
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> Optional[urllib.request.Request]:
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage,
+                         newurl: str) -> Optional[urllib.request.Request]:
         if _origin(newurl) != self._origin:
             log.warning("GitHub API: not following a redirect to another host")
             return None  # urllib then raises HTTPError with the 3xx status
@@ -125,8 +115,7 @@ class GitHubClient:
         self._opener = urllib.request.build_opener(proxies, _SameOriginRedirects(origin))
 
     def __repr__(self) -> str:
-        auth = "token set" if self._token else "no token"
-        return f"GitHubClient({self.api_url!r}, {self.repository!r}, {auth})"
+        return f"GitHubClient({self.api_url!r}, {self.repository!r}, {'token set' if self._token else 'no token'})"
 
     def _repo_path(self) -> str:
         owner, name = self.repository.split("/", 1)
@@ -146,28 +135,17 @@ class GitHubClient:
         return text[:_MAX_MESSAGE_CHARS]
 
     def _error(self, method: str, shown: str, status: int, raw: bytes) -> GitHubError:
-        api_message = ""
-        details: list[str] = []
         try:
             payload = json.loads(raw.decode("utf-8", errors="replace")) if raw else None
         except ValueError:
             payload = None
-        if isinstance(payload, dict):
-            api_message = str(payload.get("message") or "")
-            for item in payload.get("errors") or []:
-                if isinstance(item, dict):
-                    details.append(str(item.get("message") or item.get("code") or ""))
-                elif isinstance(item, str):
-                    details.append(item)
-        text = api_message or "no message"
-        if any(details):
-            text += " (" + "; ".join(d for d in details if d) + ")"
-        api_message = self._scrub(api_message)
-        return GitHubError(
-            status,
-            self._scrub(f"GitHub API {method} {shown} failed: HTTP {status}: {text}"),
-            api_message=api_message,
-        )
+        payload = payload if isinstance(payload, dict) else {}
+        api_message = str(payload.get("message") or "")
+        details = [str(item.get("message") or item.get("code") or "") if isinstance(item, dict) else item
+                   for item in payload.get("errors") or [] if isinstance(item, (dict, str))]
+        text = (api_message or "no message") + (" (" + "; ".join(d for d in details if d) + ")" if any(details) else "")
+        return GitHubError(status, self._scrub(f"GitHub API {method} {shown} failed: HTTP {status}: {text}"),
+                           api_message=self._scrub(api_message))
 
     def request(self, method: str, path: str, body: Optional[Mapping[str, str]] = None) -> tuple[int, HTTPMessage, Any]:
         """One API call (``path`` relative to ``api_url``, or a same-origin URL): ``(status,
@@ -178,11 +156,7 @@ class GitHubClient:
             raise GitHubError(0, "GitHub API: refusing to send the token to another host")
         parts = urllib.parse.urlsplit(url)
         shown = parts.path + (f"?{parts.query}" if parts.query else "")
-        headers = {
-            "Accept": ACCEPT,
-            "X-GitHub-Api-Version": API_VERSION,
-            "User-Agent": "pytest-selfheal",
-        }
+        headers = {"Accept": ACCEPT, "X-GitHub-Api-Version": API_VERSION, "User-Agent": "pytest-selfheal"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         data = None
@@ -240,26 +214,17 @@ class GitHubClient:
         """Every comment of issue/PR ``number``, oldest first, across at most MAX_PAGES pages,
         following ``rel="next"`` only within the API's origin and never to the same URL twice."""
         url: Optional[str] = f"{self.api_url}{self._repo_path()}/issues/{int(number)}/comments?per_page={PER_PAGE}"
-        seen = set()
-        pages = 0
-        while url is not None:
+        seen: set[str] = set()
+        while url is not None and url not in seen and len(seen) < MAX_PAGES:
             seen.add(url)
             status, headers, data = self.request("GET", url)
             if not isinstance(data, list):
                 raise GitHubError(status, "GitHub API: the comment list is not a JSON array")
-            for item in data:
-                if isinstance(item, dict):
-                    yield IssueComment.from_json(item)
-            pages += 1
-            nxt = _next_link(headers.get("Link"))
-            if nxt is None:
-                break
-            if not self.same_origin(nxt):
+            yield from (IssueComment.from_json(item) for item in data if isinstance(item, dict))
+            url = _next_link(headers.get("Link"))
+            if url is not None and not self.same_origin(url):
                 log.warning("GitHub API: ignoring a pagination link to another host")
-                break
-            if nxt in seen or pages >= MAX_PAGES:
-                break
-            url = nxt
+                url = None
 
     def create_issue_comment(self, number: int, body: str) -> IssueComment:
         _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
@@ -316,7 +281,7 @@ def _fit_in_bytes(body: str) -> str:
 
 @dataclass(frozen=True)
 class CommentResult:
-    action: str  # "created" | "updated" | "skipped"
+    action: str  # created | updated | skipped
     comment_id: Optional[int] = None
     warning: Optional[str] = None
     url: Optional[str] = None

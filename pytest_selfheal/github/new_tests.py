@@ -1,12 +1,11 @@
 """New tests are checked for flakiness before they merge (edge: git, the verification runner).
 
-A flaky test is cheapest to catch on the pull request that adds it. On a pull request,
-``selfheal ci`` finds the tests it adds or changes (collected on it and not on its base
-revision, or whose lines, decorators included, changed) and re-runs just those
-``new_tests.reruns`` times, each in another order drawn from one recorded seed, within a
-time budget. One that passed and failed on the same code is ``flaky (new)``; one not re-run
-its count is ``unchecked``, not a pass. The runs go through the loop's verification checks
-(allowlisted argv, no shell, no token, redacted output) and are never attempts of an incident.
+On a pull request, ``selfheal ci`` finds the tests it adds or changes (collected on it and not
+on its base revision, or whose lines, decorators included, changed) and re-runs just those
+``new_tests.reruns`` times, each in another order from one recorded seed, within a time
+budget. One that passed and failed on the same code is ``flaky (new)``; one not re-run its
+count is ``unchecked``, not a pass. The runs go through the loop's verification checks
+(allowlisted argv, no shell, no token, redacted output); they are never an incident's attempts.
 """
 
 from __future__ import annotations
@@ -88,22 +87,17 @@ def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
 
 
 def rerun_options(pytest_args: Sequence[str]) -> list[str]:
-    """The job's pytest arguments without their selections: the re-runs run as the job's own did."""
+    """The job's pytest arguments without their selections (replaced by the new tests)."""
     kept: list[str] = []
     expects_value = False
     for word in pytest_args:
-        if expects_value:
+        if expects_value or (word.startswith("-") and word != "-"):
             kept.append(word)
-            expects_value = False
-        elif word.startswith("-") and word != "-":
-            kept.append(word)
-            expects_value = word in _VALUED
-        # else: a selection of the job's run, replaced by the new tests
+            expects_value = not expects_value and word in _VALUED
     return kept
 
 
 def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> float:
-    """``max_share`` of the job's test run, within :data:`BUDGET_FLOOR_SECONDS` and ``max_seconds``."""
     return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
@@ -345,9 +339,5 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
 
 
 def summary_line(check: NewTestsCheck) -> str:
-    flaky, unchecked = check.flaky, check.unchecked
-    if flaky:
-        return f"selfheal ci: flaky (new): {first_few(flaky, 3)} — {check.note}"
-    if unchecked:
-        return f"selfheal ci: unchecked (new): {first_few(unchecked, 3)} — {check.note}"
-    return f"selfheal ci: {check.note}"
+    label, tests = ("flaky", check.flaky) if check.flaky else ("unchecked", check.unchecked)
+    return f"selfheal ci: {label} (new): {first_few(tests, 3)} — {check.note}" if tests else f"selfheal ci: {check.note}"

@@ -20,7 +20,7 @@ from pytest_selfheal.gitrepo import git_context
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segments import segments_dir, single_run, write_segment
-from pytest_selfheal.history.sources import actions_event, head_repository, quarantine_in_force, run_base
+from pytest_selfheal.history.sources import actions_event, head_repository, judge_event, quarantine_in_force
 from pytest_selfheal.history.triage import matching_entry, triage_failure
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import Triage
@@ -114,7 +114,7 @@ def record_and_triage(
     source = os.environ if env is None else env
     if not settings.enabled:
         return HistoryResult(base_branch=settings.base_branch)
-    base = run_base(source, project_root, settings.base_branch, event)
+    base = judge_event(source, event, project_root, settings.base_branch)
     result = HistoryResult(base_branch=base.branch)
     quarantine, result.warnings = quarantine_in_force(project_root, settings.quarantine_file, source, base=base)
     rerun = set(passed_on_rerun)
