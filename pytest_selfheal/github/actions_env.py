@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, read_actions_event
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, dig, read_actions_event
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
 
@@ -133,21 +133,17 @@ def _as_number(value: Any) -> Optional[int]:
     return number if number > 0 else None
 
 
-def _get(mapping: Any, key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, Mapping) else None
-
-
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:
     """The number of the pull request the event is about, or None (``workflow_run`` names none
     for a fork's pull request)."""
     if event_name in PULL_REQUEST_EVENTS:
-        number = _as_number(_get(_get(event, "pull_request"), "number"))
-        return number if number is not None else _as_number(_get(event, "number"))
+        number = _as_number(dig(event, "pull_request", "number"))
+        return number if number is not None else _as_number(dig(event, "number"))
     if event_name == "workflow_run":
-        prs = _get(_get(event, "workflow_run"), "pull_requests")
-        return _as_number(_get(prs[0], "number")) if isinstance(prs, list) and prs else None
-    issue = _get(event, "issue")
-    return _as_number(_get(issue, "number")) if event_name == "issue_comment" and _get(issue, "pull_request") else None
+        prs = dig(event, "workflow_run", "pull_requests")
+        return _as_number(dig(prs[0], "number")) if isinstance(prs, list) and prs else None
+    return _as_number(dig(event, "issue", "number")) if event_name == "issue_comment" and dig(
+        event, "issue", "pull_request") else None
 
 
 @dataclass(frozen=True)

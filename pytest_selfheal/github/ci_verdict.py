@@ -181,14 +181,14 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
     exit_code = info.pytest_exit_code
     new_tests = info.new_tests
-    flaky = new_tests.flaky if new_tests is not None else ()
-    unchecked = new_tests.unchecked if new_tests is not None else ()
-    if info.final_status == FinalStatus.PASSED and new_tests is not None and flaky:
-        details = (f"pytest passed, but {len(flaky)} new or changed test{'s' if len(flaky) != 1 else ''} passed "
-                   "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails else ""))
-    elif info.final_status == FinalStatus.PASSED and new_tests is not None and unchecked:
-        details = (f"pytest passed, but {len(unchecked)} new or changed test{'s' if len(unchecked) != 1 else ''} "
-                   "could not be re-run their count (below)" + ("; the job fails" if new_tests.fails else ""))
+    odd: tuple[str, ...] = ()
+    what = ""
+    if new_tests is not None:
+        odd, what = ((new_tests.flaky, "passed and failed on re-runs") if new_tests.flaky
+                     else (new_tests.unchecked, "could not be re-run their count"))
+    if info.final_status == FinalStatus.PASSED and new_tests is not None and odd:
+        details = (f"pytest passed, but {len(odd)} new or changed test{'s' if len(odd) != 1 else ''} {what} (below)"
+                   + ("; the job fails" if new_tests.fails else ""))
     elif info.final_status == FinalStatus.PASSED and info.passed_on_rerun:
         shown = info.passed_on_rerun[:RERUN_NAMES_SHOWN]
         more = f" and {len(info.passed_on_rerun) - len(shown)} more" if len(info.passed_on_rerun) > len(shown) else ""

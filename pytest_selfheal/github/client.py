@@ -287,16 +287,6 @@ class CommentResult:
     url: Optional[str] = None
 
 
-def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[IssueComment]:
-    """The oldest comment on ``number`` holding ``tag`` and written by ``author``: nobody can make
-    us edit a comment that is not ours by quoting the marker."""
-    wanted = author.lower()
-    for comment in client.list_issue_comments(number):
-        if comment.body is not None and tag in comment.body and comment.author.lower() == wanted and comment.id is not None:
-            return comment
-    return None
-
-
 def _http_reason(exc: GitHubError) -> str:
     return f"HTTP {exc.status}: {exc.api_message or 'no message'}"
 
@@ -315,15 +305,8 @@ def _send(call: Callable[[str], IssueComment], text: str, original: str) -> Issu
         return call(harder)
 
 
-def upsert_sticky_comment(
-    client: GitHubClient,
-    number: int,
-    body: str,
-    *,
-    name: str = "default",
-    author: Optional[str] = None,
-    create: bool = True,
-) -> CommentResult:
+def upsert_sticky_comment(client: GitHubClient, number: int, body: str, *, name: str = "default",
+                          author: Optional[str] = None, create: bool = True) -> CommentResult:
     """Create (unless not ``create``) or update the one report comment on PR ``number``, found by
     its :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
 
@@ -339,7 +322,10 @@ def upsert_sticky_comment(
     where = f"PR #{int(number)}"
     tail = "; the report is still in the job summary."
     try:
-        existing = find_sticky_comment(client, number, tag, author)
+        # The oldest comment holding the marker *and* written by us: nobody can make us edit a
+        # comment that is not ours by quoting the marker.
+        existing = next((c for c in client.list_issue_comments(number) if c.body is not None and tag in c.body
+                         and c.author.lower() == author.lower() and c.id is not None), None)
     except GitHubError as exc:
         if exc.status in (403, 404):
             return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_http_reason(exc)}){tail}")
@@ -347,33 +333,28 @@ def upsert_sticky_comment(
     if existing is None and not create:
         return CommentResult("skipped")
 
-    def outcome(action: str, comment: IssueComment) -> CommentResult:
-        return CommentResult(action, comment.id, None, comment.html_url)
-
     def refused(verb: str, exc: GitHubError) -> CommentResult:
-        if exc.status == 422:
-            why = f"GitHub refused the report comment on {where} even after truncating it ({_http_reason(exc)})"
-        else:
-            why = (
-                f"Could not {verb} the report comment on {where} ({_http_reason(exc)}): the token cannot "
-                "write to pull requests (a fork PR's read-only token, or `pull-requests: write` "
-                "missing from the workflow's permissions)"
-            )
+        why = (f"GitHub refused the report comment on {where} even after truncating it ({_http_reason(exc)})"
+               if exc.status == 422 else
+               f"Could not {verb} the report comment on {where} ({_http_reason(exc)}): the token cannot write to "
+               "pull requests (a fork PR's read-only token, or `pull-requests: write` missing from the workflow's "
+               "permissions)")
         return CommentResult("skipped", existing.id if existing else None, why + tail)
 
     if existing is not None and existing.id is not None:
         comment_id = existing.id
         try:
-            return outcome("updated", _send(lambda b: client.update_issue_comment(comment_id, b), text, body))
+            comment = _send(lambda b: client.update_issue_comment(comment_id, b), text, body)
+            return CommentResult("updated", comment.id, None, comment.html_url)
         except GitHubError as exc:
-            if exc.status == 404:
-                existing = None  # deleted meanwhile: post a new one below
-            elif exc.status in (403, 422):
-                return refused("update", exc)
-            else:
+            if exc.status not in (403, 404, 422):
                 raise
+            if exc.status != 404:
+                return refused("update", exc)
+            existing = None  # deleted meanwhile: post a new one below
     try:
-        return outcome("created", _send(lambda b: client.create_issue_comment(number, b), text, body))
+        comment = _send(lambda b: client.create_issue_comment(number, b), text, body)
+        return CommentResult("created", comment.id, None, comment.html_url)
     except GitHubError as exc:
         if exc.status in (403, 404, 422):
             return refused("create", exc)

@@ -144,23 +144,18 @@ class NewTestsRun:
     env: Optional[Mapping[str, str]] = None  # the test processes' environment (no token)
 
 
-def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]]) -> tuple[list[str], list[str]]:
-    """``(node-id prefixes of the tests whose lines changed, warnings)``."""
+def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]], say: Say) -> list[str]:
+    """The node-id prefixes of the tests whose lines changed."""
     prefixes: list[str] = []
-    warnings: list[str] = []
-    for path in sorted(ranges):
-        if not is_test_file(path):
-            continue
+    for path in filter(is_test_file, sorted(ranges)):
         file = project_root / path
         try:
-            if not file.is_file() or file.stat().st_size > MAX_MODULE_BYTES:
-                continue
-            names = changed_tests(file.read_text(encoding="utf-8"), ranges[path])
+            if file.is_file() and file.stat().st_size <= MAX_MODULE_BYTES:
+                prefixes += [f"{path}::{name}" for name in changed_tests(file.read_text(encoding="utf-8"), ranges[path])]
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
-            warnings.append(f"{path}: not read for new tests ({type(exc).__name__}): its collection error is the run's")
-            continue
-        prefixes += [f"{path}::{name}" for name in names]
-    return prefixes, warnings
+            say(f"selfheal ci: warning: {path}: not read for new tests ({type(exc).__name__}): its collection error "
+                "is the run's")
+    return prefixes
 
 
 def _covers(prefix: str, nodeid: str) -> bool:
@@ -224,9 +219,7 @@ def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, s
     every test of a changed test module counts; when the pull request does not, the tests
     whose lines changed; each fallback one line. :class:`GitFailed` for the diff."""
     ranges = changed_lines(run.project_root, base)
-    prefixes, warnings = changed_in_place(run.project_root, ranges)
-    for line in warnings:
-        say(f"selfheal ci: warning: {line}")
+    prefixes = changed_in_place(run.project_root, ranges, say)
     if not ranges:
         return []  # no Python file changed: no test can be new
     timeout = effective.settings.verification.timeout_seconds  # a collection is not a re-run: not in the budget
@@ -302,40 +295,38 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
     rng = random.Random(seed)
     tallies: dict[str, _Tally] = {}
     started = time.monotonic()
-    done = 0
     with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
         last = 0.0  # how long the last re-run took: one that would not fit is not started
         for index in range(settings.new_tests.reruns):
             left = budget - (time.monotonic() - started)
             if left <= 0 or left < last:
-                return tallies, done, None
+                return tallies, index, None
             order = list(selections)
             rng.shuffle(order)
             try:
                 argv = _checked_pytest(run, effective, run.project_root, [], order)
             except RefusedError as exc:
-                return tallies, done, f"not re-run: {exc}"
+                return tallies, index, f"not re-run: {exc}"
             junit = Path(scratch) / f"rerun-{index + 1}.xml"
             result = run_selection(argv, cwd=run.project_root, junit_path=junit, timeout_seconds=left, env=run.env)
             last = result.duration_seconds
             if result.timed_out:
-                return tallies, done, None  # the budget ran out during this one: it does not count
+                return tallies, index, None  # the budget ran out during this one: it does not count
             try:
                 cases = dedupe(redact_cases(iter_testcases(junit), effective.redactor)) if junit.is_file() else []
             except InputError as exc:
-                return tallies, done, f"re-run {index + 1} gave no readable junit ({exc})"
+                return tallies, index, f"re-run {index + 1} gave no readable junit ({exc})"
             if not cases:
                 line = effective.redactor.redact(result.output_tail.strip().splitlines()[-1:][0]
                                                  if result.output_tail.strip() else "no output")
-                return tallies, done, f"re-run {index + 1} ran no test: {line}"
+                return tallies, index, f"re-run {index + 1} ran no test: {line}"
             fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
             for case in cases:
                 nodeid = next((n for n in (_matches(p, case) for p in selections) if n), None)
                 if nodeid is not None:
                     tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
                                                              fingerprints.get(case.test, ""), rerun=True)
-            done += 1
-    return tallies, done, None
+    return tallies, settings.new_tests.reruns, None
 
 
 def summary_line(check: NewTestsCheck) -> str:

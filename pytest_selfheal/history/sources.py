@@ -39,7 +39,8 @@ DEFAULT_REMOTE = "origin"
 _HEADS = "refs/heads/"
 
 
-def _get(mapping: object, *keys: str) -> object:
+def dig(mapping: object, *keys: str) -> object:
+    """``mapping[k1][k2]…`` of a JSON payload, None where a level is missing or not an object."""
     for key in keys:
         mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
     return mapping
@@ -106,7 +107,7 @@ def head_repository(env: Mapping[str, str], event: Mapping[str, object]) -> Opti
     if name is None or env.get("GITHUB_ACTIONS") != "true":
         return None
     if name in PULL_REQUEST_EVENTS:
-        return _repository(_get(event, "pull_request", "head", "repo", "full_name"))
+        return _repository(dig(event, "pull_request", "head", "repo", "full_name"))
     return _repository(env.get("GITHUB_REPOSITORY"))
 
 
@@ -120,18 +121,18 @@ def judge_event(env: Mapping[str, str], event: Optional[Mapping[str, object]], p
         return RunBase(branch=configured_branch)
     event = actions_event(env) if event is None else event
     repository = _repository(env.get("GITHUB_REPOSITORY"))
-    default = _branch(_text(_get(event, "repository", "default_branch")))
-    ref = _text(env.get("GITHUB_REF")) or _text(_get(event, "ref"))
+    default = _branch(_text(dig(event, "repository", "default_branch")))
+    ref = _text(env.get("GITHUB_REF")) or _text(dig(event, "ref"))
     if name in PULL_REQUEST_EVENTS:
-        pull = _get(event, "pull_request")
-        base_branch = _branch(_text(_get(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
+        pull = dig(event, "pull_request")
+        base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
         return _unmerged(
-            name, _sha(_get(pull, "base", "sha")), base_branch or configured_branch,
-            _repository(_get(pull, "base", "repo", "full_name")) or repository,
+            name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
+            _repository(dig(pull, "base", "repo", "full_name")) or repository,
             head_repository(env, event), "pull_request.base.sha")
     if name == MERGE_GROUP:
-        group = _get(event, "merge_group")
-        return _unmerged(name, _sha(_get(group, "base_sha")), _branch(_text(_get(group, "base_ref"))) or configured_branch,
+        group = dig(event, "merge_group")
+        return _unmerged(name, _sha(dig(group, "base_sha")), _branch(_text(dig(group, "base_ref"))) or configured_branch,
                          repository, repository, "merge_group.base_sha")
     on_default = default is not None and _branch(ref) == default
     if name == SCHEDULE or (name in MERGED_ON_DEFAULT and on_default):

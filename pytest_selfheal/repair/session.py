@@ -90,6 +90,10 @@ TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
 Say = Callable[[str], None]
 
 
+def _prompt_name(iteration: int) -> str:
+    return f"prompt_{iteration:02d}.md"
+
+
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Replace the :data:`PLACEHOLDERS` inside each argument; other brace text stays (``{"a": 1}``)."""
     argv = list(template)
@@ -120,10 +124,6 @@ class _Call:
     log: Optional[str] = None
 
 
-def _records(store: Store, incident_id: str) -> dict[str, Path]:
-    return {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
-
-
 @contextmanager
 def _chdir(path: Path) -> Iterator[None]:
     old = os.getcwd()
@@ -138,18 +138,9 @@ class RepairSession:
     """The loop's provider for one run: asks hooks then the command, inspects the worktree's
     diff, checks the scope, records patches and events."""
 
-    def __init__(
-        self,
-        store: Store,
-        incident_id: str,
-        *,
-        effective: EffectiveConfig,
-        worktree: Worktree,
-        approver: Approver,
-        pluginmanager: Optional[pluggy.PluginManager] = None,
-        say: Optional[Say] = None,
-        env: Optional[Mapping[str, str]] = None,
-    ) -> None:
+    def __init__(self, store: Store, incident_id: str, *, effective: EffectiveConfig, worktree: Worktree,
+                 approver: Approver, pluginmanager: Optional[pluggy.PluginManager] = None, say: Optional[Say] = None,
+                 env: Optional[Mapping[str, str]] = None) -> None:
         self.store = store
         self.incident_id = incident_id
         self.effective = effective
@@ -167,17 +158,8 @@ class RepairSession:
         self.policy = LoopPolicy.from_settings(effective.settings)
         self.results: list[RepairBlock] = []
 
-    def __call__(
-        self,
-        *,
-        incident_id: str,
-        iteration: int,
-        store: Optional[Store] = None,
-        plan: Plan,
-        last_attempt: Optional[Attempt] = None,
-        observations: Sequence[Any] = (),
-        **_: Any,
-    ) -> RepairBlock:
+    def __call__(self, *, incident_id: str, iteration: int, store: Optional[Store] = None, plan: Plan,
+                 last_attempt: Optional[Attempt] = None, observations: Sequence[Any] = (), **_: Any) -> RepairBlock:
         """One repair before verification ``iteration`` (the attempt number): the attempt's repair block."""
         store = store or self.store
         attempts = store.read_attempts(incident_id)
@@ -196,21 +178,24 @@ class RepairSession:
             log_tail_source="the captured run" if not attempts else
             "the captured run (the latest failures are listed above)",
         ))
-        prompt_file = store.write_run_file(incident_id, f"prompt_{iteration:02d}.md", prompt)
+        prompt_file = store.write_run_file(incident_id, _prompt_name(iteration), prompt)
         signature = next((a.error_signature for a in reversed(attempts) if a.error_signature),
                          incident.error_signature)
         store.append_event(incident_id, ev.REPAIR_ATTEMPT_STARTED, iteration=iteration, attempt=iteration,
                            provider=self.describe(), remaining=remaining, failureSignature=signature,
-                           prompt=f"prompt_{iteration:02d}.md")
+                           prompt=_prompt_name(iteration))
         # Numbered as the iteration it prepares (the attempt number keeps counting after a reopen).
         line = f"{iteration_prefix(incident_id, loop_iteration, self.policy.max_iterations)}: repair"
         self.say(f"{line}: asking {self.describe()}")
-        guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id), self.wt.carried)
-        before = self.wt.snapshot()
+
+        def user_side() -> dict[str, str]:
+            records = {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
+            return user_state(self.wt.repo_top, [store.root], records, self.wt.carried)
+
+        guard, before = user_side(), self.wt.snapshot()
         call = self._call_provider(iteration, prompt, prompt_file, plan,
                                    [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)])
-        escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id),
-                                            self.wt.carried))
+        escaped = changes(guard, user_side())
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
@@ -267,9 +252,9 @@ class RepairSession:
                 return _Call(name, "crashed", None, duration, invalid)
         if self.command:
             return self._run_configured_command(iteration, prompt_file)
-        declined = [f"hook:{name}" for name in names]
-        who = ", ".join(declined) or "no provider"
-        return _Call(declined[0] if declined else "none", "declined", None, 0.0, f"every repair hook declined ({who})")
+        declined = [f"hook:{name}" for name in names] or ["none"]
+        who = ", ".join(declined) if names else "no provider"
+        return _Call(declined[0], "declined", None, 0.0, f"every repair hook declined ({who})")
 
     def _run_configured_command(self, iteration: int, prompt_file: Path) -> _Call:
         assert self.command is not None
@@ -283,16 +268,14 @@ class RepairSession:
         # stdin from /dev/null: a provider waiting for input hangs until the timeout.
         run = process.run(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
         text, cut = tail_bytes(raw, LOG_MAX_BYTES)
-        header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
-        if cut:
-            header += f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n"
+        header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n" + (
+            f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n" if cut else "")
         trailer = (
             f"\n[timed out after {self.timeout:g} s: process group killed]\n" if run.timed_out
             else f"\n[exit code {run.exit_code}]\n" if run.started else f"\n[cannot start: {run.error}]\n"
         )
-        redacted = self.redactor.redact(header + text + trailer)
         log = f"repair_{iteration:02d}.log"
-        self.store.write_run_file(self.incident_id, log, redacted)
+        self.store.write_run_file(self.incident_id, log, self.redactor.redact(header + text + trailer))
         raw.unlink(missing_ok=True)
         if run.timed_out:
             return _Call(name, "timeout", None, run.duration_seconds,
@@ -313,7 +296,7 @@ class RepairSession:
                  globs: Sequence[str]) -> RepairBlock:
         base = RepairBlock(
             provider=call.provider, result=REPAIR_NO_FIX_FOUND, exit_code=call.exit_code,
-            duration_seconds=round(max(0.0, call.duration), 3), message=call.message, prompt=f"prompt_{iteration:02d}.md",
+            duration_seconds=round(max(0.0, call.duration), 3), message=call.message, prompt=_prompt_name(iteration),
             log=call.log, worktree=str(self.wt.project_root), scope_denied=False,
             keys=_BLOCK_KEYS if not self.not_redirected else _REDIRECTED_BLOCK_KEYS,
             extra=(("code_path_not_redirected", tuple(self.not_redirected)),) if self.not_redirected else (),
