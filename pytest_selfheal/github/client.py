@@ -156,13 +156,10 @@ class GitHubClient:
             raise GitHubError(0, "GitHub API: refusing to send the token to another host")
         parts = urllib.parse.urlsplit(url)
         shown = parts.path + (f"?{parts.query}" if parts.query else "")
-        headers = {"Accept": ACCEPT, "X-GitHub-Api-Version": API_VERSION, "User-Agent": "pytest-selfheal"}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json; charset=utf-8"
+        headers = {"Accept": ACCEPT, "X-GitHub-Api-Version": API_VERSION, "User-Agent": "pytest-selfheal",
+                   **({"Authorization": f"Bearer {self._token}"} if self._token else {}),
+                   **({"Content-Type": "application/json; charset=utf-8"} if body is not None else {})}
+        data = json.dumps(body).encode("utf-8") if body is not None else None
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
@@ -183,10 +180,8 @@ class GitHubClient:
         log.debug("GitHub API %s %s -> %s", method, shown, status)
         if len(raw) > MAX_RESPONSE_BYTES:
             raise GitHubError(status, f"GitHub API {method} {shown}: response too large")
-        if not raw.strip():
-            return status, resp_headers, None
         try:
-            return status, resp_headers, json.loads(raw.decode("utf-8"))
+            return status, resp_headers, json.loads(raw.decode("utf-8")) if raw.strip() else None
         except (UnicodeDecodeError, ValueError):
             raise GitHubError(status, f"GitHub API {method} {shown}: the response is not JSON") from None
 

@@ -59,8 +59,7 @@ class Carried:
 
 
 def _skipped_dir(path: Path) -> bool:
-    name = path.name
-    return name in SKIPPED_DIRS or name.endswith(SKIPPED_SUFFIXES) or (path / "pyvenv.cfg").is_file()
+    return path.name in SKIPPED_DIRS or path.name.endswith(SKIPPED_SUFFIXES) or (path / "pyvenv.cfg").is_file()
 
 
 def _inside(rel: str, prefixes: Sequence[str]) -> bool:
@@ -79,12 +78,10 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
     """What the ignored entry ``rel`` of ``top`` holds, with every link on the way resolved,
     when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
-    base = os.path.realpath(top)
-    real = os.path.realpath(top / rel)
+    base, real = os.path.realpath(top), os.path.realpath(top / rel)
     if not within(real, base) or real == base:
         return None
-    inner = Path(real).relative_to(base).as_posix()
-    return None if _inside(inner, [*exclude, ".git"]) else Path(real)
+    return None if _inside(Path(real).relative_to(base).as_posix(), [*exclude, ".git"]) else Path(real)
 
 
 def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
