@@ -142,11 +142,10 @@ class HistoryDB:
             raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
         # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
         # runs, which the history can afford (the incident files hold what the loop needs).
-        # Set before migrating: a new database's schema steps then commit to the WAL unsynced
-        # (half the syncs of creating one).
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        # Set before migrating: a new database's schema steps then commit to the WAL unsynced.
         # SQLite answers "locked" at once, not after the busy timeout, while another process
         # creating the file holds it to set the same mode.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
                 self._db.execute("PRAGMA journal_mode = WAL")

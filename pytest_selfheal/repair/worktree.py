@@ -131,21 +131,19 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     used = left_out = left_bytes = 0
     for size, rel, source in sized:
         target = dest / rel
-        fits = len(copied) < max_files and used + size <= max_bytes
-        if fits and (target.exists() or target.is_symlink() or not within(os.path.realpath(target.parent), home)):
-            continue  # git's checkout wins; a link of the checkout on the way would take the copy outside
-        try:
-            if fits:
+        if len(copied) < max_files and used + size <= max_bytes:
+            if target.exists() or target.is_symlink() or not within(os.path.realpath(target.parent), home):
+                continue  # git's checkout wins; a link of the checkout on the way would take the copy outside
+            try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)  # the file's bytes, never a link
-        except OSError:
-            fits = False
-        if not fits:
-            left_out += 1
-            left_bytes += size
-            continue
-        copied.append(rel)
-        used += size
+                copied.append(rel)
+                used += size
+                continue
+            except OSError:
+                pass
+        left_out += 1
+        left_bytes += size
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
 
 
