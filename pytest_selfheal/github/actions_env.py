@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, read_actions_event
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, dig, read_actions_event
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
 
@@ -28,25 +28,11 @@ def escape_data(message: str) -> str:
 
 
 def warning(message: str, *, stream: Optional[IO[str]] = None) -> None:
-    """Print a ``::warning::`` workflow command (a yellow annotation on the run)."""
+    """Print a ``::warning::`` workflow command; the escaping keeps a multi-line message (or one
+    holding "::") from injecting further commands."""
     out = stream if stream is not None else sys.stdout
-    # Workflow commands are read from stdout, one per line: the escaping keeps a multi-line
-    # message (or one containing "::") from injecting further commands.
     out.write(f"::warning::{escape_data(message)}\n")
     out.flush()
-
-
-def _cut_at_line(data: bytes, budget: int) -> bytes:
-    """The longest prefix of ``data`` within ``budget`` bytes ending at a line boundary
-    (or at a character boundary when one line alone is too long)."""
-    if budget <= 0:
-        return b""
-    head = data[:budget]
-    newline = head.rfind(b"\n")
-    if newline >= 0:
-        return head[: newline + 1]
-    # No line fits whole: cut at a UTF-8 character boundary ("\n" is never inside one).
-    return head.decode("utf-8", errors="ignore").encode("utf-8")
 
 
 def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Optional[str] = None) -> Optional[str]:
@@ -65,7 +51,10 @@ def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Opti
     budget = available - len(note) - len(closer)
     if budget <= 0:
         return None
-    kept = _cut_at_line(data, budget)
+    kept = data[:budget]
+    newline = kept.rfind(b"\n")
+    # At a line boundary, or at a UTF-8 character boundary when one line alone is too long.
+    kept = kept[:newline + 1] if newline >= 0 else kept.decode("utf-8", errors="ignore").encode("utf-8")
     if sum(1 for line in kept.split(b"\n") if line.lstrip().startswith(b"```")) % 2:  # the note would be code
         if not kept.endswith(b"\n"):
             kept += b"\n"
@@ -73,17 +62,11 @@ def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Opti
     return (kept + note).decode("utf-8")
 
 
-def write_step_summary(
-    markdown: str,
-    *,
-    path: Optional[str] = None,
-    full_report: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-) -> bool:
+def write_step_summary(markdown: str, *, path: Optional[str] = None, full_report: Optional[str] = None,
+                       env: Optional[Mapping[str, str]] = None) -> bool:
     """Append ``markdown`` to the job summary (``path``, default ``$GITHUB_STEP_SUMMARY``) within
     GitHub's 1 MiB per-step limit; whether anything was written (a ``::warning::`` when not)."""
-    source = os.environ if env is None else env
-    target = path if path is not None else source.get("GITHUB_STEP_SUMMARY")
+    target = path if path is not None else (os.environ if env is None else env).get("GITHUB_STEP_SUMMARY")
     if not target:
         return False
     try:
@@ -98,7 +81,6 @@ def write_step_summary(
 
 
 def _append(target: str, text: str, what: str) -> bool:
-    """Append ``text`` to the file ``target``; a ``::warning::`` naming ``what`` when it cannot."""
     try:
         # newline="": the bytes on disk are what was measured, and a value's "\n" stays "\n".
         with open(target, "a", encoding="utf-8", newline="") as handle:
@@ -109,9 +91,7 @@ def _append(target: str, text: str, what: str) -> bool:
     return True
 
 
-def format_outputs(
-    outputs: Mapping[str, str], *, delimiter_factory: Optional[Callable[[], str]] = None
-) -> str:
+def format_outputs(outputs: Mapping[str, str], *, delimiter_factory: Optional[Callable[[], str]] = None) -> str:
     """The ``$GITHUB_OUTPUT`` text for ``outputs`` in heredoc form, with a random delimiter checked
     against the value: multi-line values and ones that try to inject (``\\nname=evil``) are safe."""
     make: Callable[[], str] = delimiter_factory or (lambda: f"ghadelimiter_{uuid.uuid4()}")
@@ -127,19 +107,12 @@ def format_outputs(
     return "".join(parts)
 
 
-def write_outputs(
-    outputs: Mapping[str, str],
-    *,
-    path: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-) -> bool:
+def write_outputs(outputs: Mapping[str, str], *, path: Optional[str] = None,
+                  env: Optional[Mapping[str, str]] = None) -> bool:
     """Append step outputs to ``$GITHUB_OUTPUT`` (or ``path``); whether they were written."""
     text = format_outputs(outputs)
-    source = os.environ if env is None else env
-    target = path if path is not None else source.get("GITHUB_OUTPUT")
-    if not target:
-        return False
-    return _append(target, text, "the step outputs")
+    target = path if path is not None else (os.environ if env is None else env).get("GITHUB_OUTPUT")
+    return bool(target) and _append(str(target), text, "the step outputs")
 
 
 def read_event(path: Optional[str]) -> dict[str, Any]:
@@ -160,21 +133,17 @@ def _as_number(value: Any) -> Optional[int]:
     return number if number > 0 else None
 
 
-def _get(mapping: Any, key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, Mapping) else None
-
-
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:
     """The number of the pull request the event is about, or None (``workflow_run`` names none
     for a fork's pull request)."""
     if event_name in PULL_REQUEST_EVENTS:
-        number = _as_number(_get(_get(event, "pull_request"), "number"))
-        return number if number is not None else _as_number(_get(event, "number"))
+        number = _as_number(dig(event, "pull_request", "number"))
+        return number if number is not None else _as_number(dig(event, "number"))
     if event_name == "workflow_run":
-        prs = _get(_get(event, "workflow_run"), "pull_requests")
-        return _as_number(_get(prs[0], "number")) if isinstance(prs, list) and prs else None
-    issue = _get(event, "issue")
-    return _as_number(_get(issue, "number")) if event_name == "issue_comment" and _get(issue, "pull_request") else None
+        prs = dig(event, "workflow_run", "pull_requests")
+        return _as_number(dig(prs[0], "number")) if isinstance(prs, list) and prs else None
+    return _as_number(dig(event, "issue", "number")) if event_name == "issue_comment" and dig(
+        event, "issue", "pull_request") else None
 
 
 @dataclass(frozen=True)
@@ -196,26 +165,14 @@ class ActionsContext:
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> ActionsContext:
         """Read the context from ``env`` (default ``os.environ``); empty values count as unset."""
         source = os.environ if env is None else env
-
-        def get(name: str) -> Optional[str]:
-            return source.get(name) or None
-
-        return cls(
-            api_url=(get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
-            server_url=(get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
-            repository=get("GITHUB_REPOSITORY"),
-            event_name=get("GITHUB_EVENT_NAME"),
-            event_path=get("GITHUB_EVENT_PATH"),
-            sha=get("GITHUB_SHA"),
-            run_id=get("GITHUB_RUN_ID"),
-            run_attempt=get("GITHUB_RUN_ATTEMPT"),
-            in_actions=source.get("GITHUB_ACTIONS") == "true",
-            token=get("GITHUB_TOKEN"),
-        )
+        given = {name: source.get(f"GITHUB_{name.upper()}") or None for name in (
+            "repository", "event_name", "event_path", "sha", "run_id", "run_attempt", "token")}
+        return cls(api_url=(source.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+                   server_url=(source.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
+                   in_actions=source.get("GITHUB_ACTIONS") == "true", **given)
 
     @property
     def run_url(self) -> Optional[str]:
-        """Link to this workflow run, or None."""
         if not self.repository or not self.run_id:
             return None
         url = f"{self.server_url}/{self.repository}/actions/runs/{self.run_id}"

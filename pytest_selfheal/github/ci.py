@@ -2,9 +2,8 @@
 
 pytest --selfheal (subprocess) → the incident it captured → the loop (in process) → the
 report (files, job summary, step outputs) → the sticky PR comment. The comment-only mode
-(``--comment-from REPORT.json``) posts an already written report and runs no code of the
-pull request: the trusted half of the fork-PR recipe. The environment is read from the
-``env`` mapping given, so tests drive the whole flow in process.
+(``--comment-from REPORT.json``) posts a written report and runs no code of the pull
+request: the trusted half of the fork-PR recipe.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ from pytest_selfheal.history.segments import (
     passed_on_rerun_in,
     this_run_segments,
 )
-from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase, quarantine_in_force, run_base
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase, judge_event, quarantine_in_force
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.stopped import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
@@ -118,18 +117,14 @@ def run_pytest(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stream
 
 
 def captured_incident(store: Store, before: Snapshot, token: str) -> Optional[Incident]:
-    """The incident this run's pytest captured: a new one holding ``ci_run == token`` (one
-    committed to the repository, or captured by another ``selfheal ci`` on the same root,
-    never holds it), else None."""
+    """The new incident holding ``ci_run == token`` (one committed to the repository, or captured
+    by another ``selfheal ci`` on the same root, never holds it), else None."""
     for incident_id in reversed(store.incident_ids()):  # newest first
-        if incident_id in before:
-            continue
         try:
-            incident = store.read_incident(incident_id)
+            if incident_id not in before and (incident := store.read_incident(incident_id)).ci_run == token:
+                return incident
         except SelfhealError:
             continue  # a broken new incident is not ours to loop; `selfheal status` shows it
-        if incident.ci_run == token:
-            return incident
     return None
 
 
@@ -155,23 +150,17 @@ class CiResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
-        comment = None if self.comment is None else {
-            "action": self.comment.action, "id": self.comment.comment_id, "url": self.comment.url,
-            "warning": self.comment.warning}
+        verdict, comment = self.verdict, self.comment
         return {
-            "exit_code": self.exit_code,
-            "final_status": self.verdict.final_status,
-            "stop_reason": self.verdict.stop_reason,
-            "iterations": self.verdict.iterations,
-            "incident_id": self.verdict.incident_id,
-            "pytest_exit_code": self.verdict.pytest_exit_code,
+            "exit_code": self.exit_code, "final_status": verdict.final_status, "stop_reason": verdict.stop_reason,
+            "iterations": verdict.iterations, "incident_id": verdict.incident_id,
+            "pytest_exit_code": verdict.pytest_exit_code,
             "report_path": str(self.report_path) if self.report_path else None,
             "report_json_path": str(self.report_json_path) if self.report_json_path else None,
             "pull_request": self.pull_request,
-            "comment": comment,
-            "warnings": list(self.warnings),
-            "error": self.error,
-            "new_flaky_tests": self.new_flaky_tests,
+            "comment": None if comment is None else {"action": comment.action, "id": comment.comment_id,
+                                                     "url": comment.url, "warning": comment.warning},
+            "warnings": list(self.warnings), "error": self.error, "new_flaky_tests": self.new_flaky_tests,
             "history_segments": list(self.history_segments),
         }
 
@@ -192,13 +181,13 @@ def _output_text(key: str, value: Any) -> str:
     return "" if value is None else json.dumps(value) if isinstance(value, list) else str(value)
 
 
+@dataclass
 class _Reporter:
     """Progress lines and warnings of one run (workflow-command warnings inside Actions)."""
 
-    def __init__(self, stream: IO[str], in_actions: bool) -> None:
-        self.stream = stream
-        self.in_actions = in_actions
-        self.warnings: list[str] = []
+    stream: IO[str]
+    in_actions: bool
+    warnings: list[str] = field(default_factory=list)
 
     def say(self, line: str) -> None:
         self.stream.write(line + "\n")
@@ -206,19 +195,17 @@ class _Reporter:
 
     def warn(self, message: str) -> None:
         """Once per message: two steps reading the same file (the quarantine list) warn alike."""
-        if message in self.warnings:
-            return
-        self.warnings.append(message)
-        if self.in_actions:
-            warning(message, stream=self.stream)
-        else:
-            self.say(f"selfheal: warning: {message}")
+        if message not in self.warnings:
+            self.warnings.append(message)
+            if self.in_actions:
+                warning(message, stream=self.stream)
+            else:
+                self.say(f"selfheal: warning: {message}")
 
 
 def _start(options: CiOptions, cwd: Optional[Path], env: Optional[Mapping[str, str]],
            stream: Optional[IO[str]]) -> tuple[Mapping[str, str], Path, ActionsContext, _Reporter, EffectiveConfig]:
-    """What both modes start from: the environment, the working directory, the Actions context,
-    the reporter and the effective config."""
+    """What both modes start from."""
     source: Mapping[str, str] = os.environ if env is None else env
     here = Path.cwd() if cwd is None else Path(cwd)
     ctx = ActionsContext.from_env(source)
@@ -242,29 +229,21 @@ def _write_report_files(
     return md_path, json_path
 
 
-def _publish(
-    result: CiResult,
-    *,
-    ctx: ActionsContext,
-    env: Mapping[str, str],
-    options: CiOptions,
-    rep: _Reporter,
-) -> None:
+def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], options: CiOptions,
+             rep: _Reporter) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
     if not options.post_only:
-        full = str(result.report_path) if result.report_path else None
-        write_step_summary(result.markdown, full_report=full, env=env)
+        write_step_summary(result.markdown, full_report=str(result.report_path) if result.report_path else None,
+                           env=env)
         write_outputs(result.outputs(), env=env)
-    if not options.comment:
-        return
-    # A green run only updates an existing comment: no noise on green PRs.
-    info = result.verdict
-    unchecked = bool(info.new_tests and info.new_tests.unchecked)
-    create = info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests) or unchecked
-    result.comment = post_comment(
-        ctx, result.pull_request, result.markdown + comment_footer(info), name=options.report_name,
-        create=create, expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say,
-    )
+    if options.comment:
+        # A green run only updates an existing comment: no noise on green PRs.
+        info = result.verdict
+        create = (info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests)
+                  or bool(info.new_tests and info.new_tests.unchecked))
+        result.comment = post_comment(ctx, result.pull_request, result.markdown + comment_footer(info),
+                                      name=options.report_name, create=create,
+                                      expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say)
 
 
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
@@ -292,13 +271,8 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
     return check
 
 
-def run_ci(
-    options: CiOptions,
-    *,
-    cwd: Optional[Path] = None,
-    env: Optional[Mapping[str, str]] = None,
-    stream: Optional[IO[str]] = None,
-) -> CiResult:
+def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+           stream: Optional[IO[str]] = None) -> CiResult:
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
 
     Raises ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted
@@ -310,9 +284,10 @@ def run_ci(
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
     event = ctx.event()
     redactor = effective.redactor
+    project = find_project_root(here)
     # Judged before the tests run too: the base revision (a branch tip the tests could move),
     # the base repository, whether this run may share its history.
-    base = run_base(source, find_project_root(here), effective.settings.history.base_branch, event)
+    base = judge_event(source, event, project, effective.settings.history.base_branch)
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
@@ -324,9 +299,9 @@ def run_ci(
     store = Store(root, redactor=redactor)
     before = snapshot(store)
     segments_before = set(local_segments(root))
-    # The test processes get no token (process.child_environment: every *TOKEN* variable).
+    # The test processes get no token (process.child_environment: every *TOKEN* variable);
+    # what this run captures holds the run token, which only the capturing pytest gets.
     test_env = process.child_environment(source)
-    # What this run captures holds the run token; only the capturing pytest gets it.
     token = secrets.token_hex(16)
 
     argv = pytest_argv(root, options.overrides, options.pytest_args)
@@ -335,20 +310,9 @@ def run_ci(
     code = run_pytest(argv, cwd=here, env={**test_env, CI_RUN_ENV: token}, stream=rep.stream)
     run_seconds = time.monotonic() - started
     captured = captured_incident(store, before, token)
-    incident_id = captured.incident_id if captured is not None else None
-    state: Optional[LoopRun] = None
-    if captured is not None:
-        # The capture ran without the *TOKEN* variables (test_env), so it could not redact
-        # their values: this process has them, and redacts the captured files once more.
-        captured, plan = store.redact_again(captured)
-        # The incident's records, read once: the loop writes through them, the report reads them.
-        state = LoopRun.resume(store, captured.incident_id, captured, plan)
-
-    project = find_project_root(here)
     error: Optional[SelfhealError] = None
-    loop_result: Optional[LoopResult] = None
     proposed: Optional[bytes] = None  # a repair provider's final patch when the fix is only proposed
-    if state is None:
+    if captured is None:
         # Tests that passed only on a re-run: its pytest recorded them under the token's run id.
         verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
             passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
@@ -364,6 +328,12 @@ def run_ci(
         elif verdict.final_status == FinalStatus.ERROR:
             rep.warn(f"pytest exited with code {code}: {describe_pytest_exit(code)}")
     else:
+        # The capture ran without the *TOKEN* variables (test_env), so it could not redact
+        # their values: this process has them, and redacts the captured files once more.
+        captured, plan = store.redact_again(captured)
+        # The incident's records, read once: the loop writes through them, the report reads them.
+        state = LoopRun.resume(store, captured.incident_id, captured, plan)
+        loop_result: Optional[LoopResult] = None
         if state.bucket == INBOX:
             rep.say(f"selfheal ci: running the RALF-Lite loop on {state.incident_id}")
             try:
@@ -401,13 +371,10 @@ def run_ci(
         markdown = render_ci_markdown(report, info, error=loop_error, proposed_patch=proposed)
     markdown = redactor.redact(markdown)
     document = redactor.redact_obj({**report.to_json(), "ci": info.to_json()})
-    if error is not None:
-        exit_code = error.exit_code
-    else:
-        exit_code = exit_code_for(verdict.final_status, fail_on_unresolved=options.fail_on_unresolved,
-                                  pytest_exit_code=verdict.pytest_exit_code,
-                                  pass_on_proposed_fix=options.pass_on_proposed_fix)
-    if incident_id is not None and exit_code == EXIT_UNRESOLVED:
+    exit_code = error.exit_code if error is not None else exit_code_for(
+        verdict.final_status, fail_on_unresolved=options.fail_on_unresolved, pytest_exit_code=verdict.pytest_exit_code,
+        pass_on_proposed_fix=options.pass_on_proposed_fix)
+    if captured is not None and exit_code == EXIT_UNRESOLVED:
         # The list in force is the base revision's for code not merged yet: a PR cannot quarantine its own failure.
         quarantine, warnings = quarantine_in_force(here, effective.settings.history.quarantine_file, source, base=base)
         for line in warnings:
@@ -430,7 +397,7 @@ def run_ci(
         try:
             result.history_segments = this_run_segments(
                 root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
-                incident_id)
+                captured.incident_id if captured is not None else None)
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
@@ -442,19 +409,13 @@ def run_ci(
     return result
 
 
-def comment_from_report(
-    options: CiOptions,
-    *,
-    cwd: Optional[Path] = None,
-    env: Optional[Mapping[str, str]] = None,
-    stream: Optional[IO[str]] = None,
-) -> CiResult:
+def comment_from_report(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+                        stream: Optional[IO[str]] = None) -> CiResult:
     """Comment-only mode: post ``options.comment_from`` (a report JSON of ``selfheal ci`` or
     ``selfheal merge --json``) to the job summary, outputs and sticky comment. Runs no test,
     no code of the report's project and no hook. Exit 0; 3/4 for a bad or missing report."""
     assert options.comment_from is not None
     source, here, ctx, rep, effective = _start(options, cwd, env, stream)
-    redactor = effective.redactor
     path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
@@ -464,27 +425,17 @@ def comment_from_report(
     run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None
     info = dataclasses.replace(info, pull_request=number, run_url=run_url,
                                head_sha=options.expected_head_sha or info.head_sha)
-    markdown = redactor.redact(render_ci_markdown(report, info))
-    result = CiResult(EXIT_OK, info, markdown, report_path=path.with_suffix(".md"),
-                      report_json_path=path, pull_request=number)
-    if result.report_path is not None and not result.report_path.is_file():
-        result.report_path = None
+    markdown = effective.redactor.redact(render_ci_markdown(report, info))
+    result = CiResult(EXIT_OK, info, markdown, report_path=path.with_suffix(".md") if path.with_suffix(".md").is_file()
+                      else None, report_json_path=path, pull_request=number)
     _publish(result, ctx=ctx, env=source, options=options, rep=rep)
     result.warnings = rep.warnings
     return result
 
 
-def post_comment(
-    ctx: ActionsContext,
-    number: Optional[int],
-    body: str,
-    *,
-    name: str = DEFAULT_REPORT_NAME,
-    create: bool = True,
-    expected_head_sha: Optional[str] = None,
-    warn: Say,
-    say: Say,
-) -> Optional[CommentResult]:
+def post_comment(ctx: ActionsContext, number: Optional[int], body: str, *, name: str = DEFAULT_REPORT_NAME,
+                 create: bool = True, expected_head_sha: Optional[str] = None, warn: Say,
+                 say: Say) -> Optional[CommentResult]:
     """Create or update the sticky comment on PR ``number``; GitHub trouble, a missing token or
     a PR whose head is not ``expected_head_sha`` is a warning, never raised. ``create=False``
     only updates an existing comment (a stale failure comment turns into "passed")."""
@@ -495,12 +446,9 @@ def post_comment(
         else:
             say(f"selfheal ci: not a pull request event ({ctx.event_name or 'no event'}): no comment")
         return None
-    if not ctx.token:
-        warn(f"No GitHub token (GITHUB_TOKEN is empty): not commenting on PR #{number}; "
-             "the report is in the job summary.")
-        return None
-    if not ctx.repository:
-        warn(f"GITHUB_REPOSITORY is not set: not commenting on PR #{number}.")
+    if not ctx.token or not ctx.repository:
+        warn(f"No GitHub token (GITHUB_TOKEN is empty): not commenting on PR #{number}; the report is in the job "
+             "summary." if not ctx.token else f"GITHUB_REPOSITORY is not set: not commenting on PR #{number}.")
         return None
     try:
         client = GitHubClient(ctx.api_url, ctx.token, ctx.repository)
@@ -511,11 +459,9 @@ def post_comment(
                      "(the report belongs to another commit; a newer run will comment).")
                 return CommentResult("skipped", warning="head sha mismatch")
         result = upsert_sticky_comment(client, number, body, name=name, create=create)
-    except GitHubError as exc:
-        warn(f"Could not post the report comment on PR #{number}: {exc}; the report is in the job summary.")
-        return None
-    except ValueError as exc:  # GitHubClient refused the API URL or repository
-        warn(f"Could not post the report comment on PR #{number}: {exc}")
+    except (GitHubError, ValueError) as exc:  # ValueError: GitHubClient refused the API URL or repository
+        tail = "; the report is in the job summary." if isinstance(exc, GitHubError) else ""
+        warn(f"Could not post the report comment on PR #{number}: {exc}{tail}")
         return None
     if result.warning:
         warn(result.warning)

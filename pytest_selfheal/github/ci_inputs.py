@@ -1,8 +1,6 @@
-"""The action's inputs of ``selfheal ci``: :class:`CiOptions` and the ``INPUT_*`` parsers.
-
-action.yml passes every input as an ``INPUT_*`` variable; ``--action-inputs`` reads them
-with :func:`action_inputs`. Every bad value is a UsageError naming the input (exit 2);
-nothing here runs a shell or anything else.
+"""The action's inputs of ``selfheal ci``: :class:`CiOptions` and the ``INPUT_*`` parsers
+(action.yml passes every input as one; ``--action-inputs`` reads them). Every bad value is a
+UsageError naming the input (exit 2); nothing here runs a shell or anything else.
 """
 
 from __future__ import annotations
@@ -19,39 +17,30 @@ from pytest_selfheal.history.records import COMMIT_SHA
 
 DEFAULT_REPORT_NAME = "default"
 
+
 @dataclass
 class CiOptions:
     """What one ``selfheal ci`` run does (commands/ci.py builds it from flags and inputs)."""
 
     pytest_args: list[str] = field(default_factory=list)
-    #: ``(KEY=VALUE text, origin)`` config overrides, applied in order after the files.
-    overrides: list[tuple[str, str]] = field(default_factory=list)
+    overrides: list[tuple[str, str]] = field(default_factory=list)  # (KEY=VALUE, origin), after the files
     reports_dir: Optional[Path] = None
     comment: bool = True
     fail_on_unresolved: bool = True
-    #: Exit 0 when the loop's fix is only proposed (the checked-out code still fails).
-    pass_on_proposed_fix: bool = False
-    #: A new or changed test found flaky fails the job (exit 1); false only reports it.
+    pass_on_proposed_fix: bool = False  # exit 0 when the fix is only proposed (this commit still fails)
     fail_on_new_flaky: bool = True
-    #: A new or changed test not re-run its count (unchecked) fails the job; false only reports it.
-    fail_on_new_unchecked: bool = True
+    fail_on_new_unchecked: bool = True  # a new test not re-run its count fails the job too
     report_name: str = DEFAULT_REPORT_NAME
     report_path: Optional[Path] = None
-    #: Comment-only mode: post this report JSON (no pytest, no loop).
-    comment_from: Optional[Path] = None
-    #: With ``comment_from``: post the comment only, no job summary and no outputs (the
-    #: action's second step: the first one, which ran the tests, wrote them).
+    comment_from: Optional[Path] = None  # comment-only mode: post this report JSON (no pytest, no loop)
+    # With comment_from: the comment only, no job summary or outputs (the step that ran the tests wrote them).
     post_only: bool = False
-    #: The PR to comment on (default: from the event payload / the report JSON).
-    pull_request: Optional[int] = None
-    #: Comment only if the PR's head commit is this one (the fork-PR recipe's check).
-    expected_head_sha: Optional[str] = None
+    pull_request: Optional[int] = None  # default: from the event payload / the report JSON
+    expected_head_sha: Optional[str] = None  # comment only if the PR's head is this commit (the fork-PR recipe)
     working_directory: Optional[Path] = None
 
 
 # Every parser takes an input's text and its name (``pytest-args``) for the one-line error.
-
-
 def parse_bool(text: str, name: str) -> bool:
     """``true``/``false`` (also yes/no, on/off, 1/0, any case); else UsageError."""
     word = text.strip().lower()
@@ -113,19 +102,11 @@ def _positive_int(text: str, name: str) -> int:
     return int(value)
 
 
-def _path(text: str, name: str) -> Path:
-    return Path(text.strip())
-
-
-def _text(text: str, name: str) -> str:
-    return text.strip()
-
-
 # The action's inputs as action.yml passes them: the variable, the CiOptions field it gives
 # (the override inputs add up, in this order) and its parser.
 ACTION_INPUTS: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("INPUT_PYTEST_ARGS", "pytest_args", parse_pytest_args),
-    ("INPUT_WORKING_DIRECTORY", "working_directory", _path),
+    ("INPUT_WORKING_DIRECTORY", "working_directory", lambda text, name: Path(text.strip())),
     ("INPUT_CONFIG", "overrides", parse_config_lines),
     ("INPUT_REPAIR_COMMAND", "overrides", parse_repair_command),
     ("INPUT_NEW_TEST_RERUNS", "overrides", parse_new_test_reruns),
@@ -134,8 +115,8 @@ ACTION_INPUTS: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("INPUT_PASS_ON_PROPOSED_FIX", "pass_on_proposed_fix", parse_bool),
     ("INPUT_FAIL_ON_NEW_FLAKY", "fail_on_new_flaky", parse_bool),
     ("INPUT_FAIL_ON_NEW_UNCHECKED", "fail_on_new_unchecked", parse_bool),
-    ("INPUT_REPORT_NAME", "report_name", _text),
-    ("INPUT_COMMENT_FROM", "comment_from", _path),
+    ("INPUT_REPORT_NAME", "report_name", lambda text, name: text.strip()),
+    ("INPUT_COMMENT_FROM", "comment_from", lambda text, name: Path(text.strip())),
     ("INPUT_PULL_REQUEST_NUMBER", "pull_request", _positive_int),
     ("INPUT_EXPECTED_HEAD_SHA", "expected_head_sha", parse_sha),
 )

@@ -35,18 +35,15 @@ _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 def verdict_without_incident(pytest_exit_code: int) -> CiVerdict:
     """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
-    if pytest_exit_code == 0:
-        return CiVerdict(FinalStatus.PASSED, STOP_NONE, 0, None, 0)
-    if pytest_exit_code == 1:
-        return CiVerdict(FinalStatus.FAILED, STOP_NOT_CAPTURED, 0, None, 1)
-    return CiVerdict(FinalStatus.ERROR, STOP_PYTEST_ERROR, 0, None, pytest_exit_code)
+    status, reason = {0: (FinalStatus.PASSED, STOP_NONE), 1: (FinalStatus.FAILED, STOP_NOT_CAPTURED)}.get(
+        pytest_exit_code, (FinalStatus.ERROR, STOP_PYTEST_ERROR))
+    return CiVerdict(status, reason, 0, None, pytest_exit_code)
 
 
-def located(verdict: CiVerdict, *, pull_request: Optional[int], head_sha: Optional[str],
-            run_url: Optional[str]) -> CiVerdict:
+def located(verdict: CiVerdict, *, pull_request: Optional[int], head_sha: Any, run_url: Any) -> CiVerdict:
     """``verdict`` with where it ran; a head sha or URL that does not fit is dropped."""
     return dataclasses.replace(verdict, pull_request=pull_request,
-                               head_sha=head_sha if head_sha and COMMIT_SHA.match(head_sha) else None,
+                               head_sha=head_sha if isinstance(head_sha, str) and COMMIT_SHA.match(head_sha) else None,
                                run_url=normalised_url(run_url))
 
 
@@ -81,23 +78,19 @@ def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
     """The ``ci`` block of an untrusted report JSON; a field that does not fit is replaced from
     the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
-    iterations = _opt_int(given.get("iterations"))
-    pr = _opt_int(given.get("pull_request"))
-    incident = given.get("incident_id")
-    sha = given.get("head_sha")
-    return CiVerdict(
+    iterations, pr, incident = _opt_int(given.get("iterations")), _opt_int(given.get("pull_request")), given.get("incident_id")
+    verdict = CiVerdict(
         final_status=_word(given.get("final_status"), report.final_status, "unknown"),
         stop_reason=_word(given.get("stop_reason"), report.stop_reason, STOP_NONE),
         iterations=iterations if iterations is not None and iterations >= 0
         else int(_opt_int(report.total_retries) or 0),
         incident_id=incident if is_incident_id(incident) else None,
         pytest_exit_code=_opt_int(given.get("pytest_exit_code")),
-        pull_request=pr if pr is not None and pr > 0 else None,
-        head_sha=sha if isinstance(sha, str) and COMMIT_SHA.match(sha) else None,
-        run_url=normalised_url(given.get("run_url")),
         new_tests=sanitize_new_tests(given.get("new_tests")),
         passed_on_rerun=_nodeids(given.get("passed_on_rerun")),
     )
+    return located(verdict, pull_request=pr if pr is not None and pr > 0 else None,
+                   head_sha=given.get("head_sha"), run_url=given.get("run_url"))
 
 
 def _word(*candidates: Any) -> str:
@@ -188,14 +181,14 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
     exit_code = info.pytest_exit_code
     new_tests = info.new_tests
-    flaky = new_tests.flaky if new_tests is not None else ()
-    unchecked = new_tests.unchecked if new_tests is not None else ()
-    if info.final_status == FinalStatus.PASSED and new_tests is not None and flaky:
-        details = (f"pytest passed, but {len(flaky)} new or changed test{'s' if len(flaky) != 1 else ''} passed "
-                   "and failed on re-runs (below)" + ("; the job fails" if new_tests.fails else ""))
-    elif info.final_status == FinalStatus.PASSED and new_tests is not None and unchecked:
-        details = (f"pytest passed, but {len(unchecked)} new or changed test{'s' if len(unchecked) != 1 else ''} "
-                   "could not be re-run their count (below)" + ("; the job fails" if new_tests.fails else ""))
+    odd: tuple[str, ...] = ()
+    what = ""
+    if new_tests is not None:
+        odd, what = ((new_tests.flaky, "passed and failed on re-runs") if new_tests.flaky
+                     else (new_tests.unchecked, "could not be re-run their count"))
+    if info.final_status == FinalStatus.PASSED and new_tests is not None and odd:
+        details = (f"pytest passed, but {len(odd)} new or changed test{'s' if len(odd) != 1 else ''} {what} (below)"
+                   + ("; the job fails" if new_tests.fails else ""))
     elif info.final_status == FinalStatus.PASSED and info.passed_on_rerun:
         shown = info.passed_on_rerun[:RERUN_NAMES_SHOWN]
         more = f" and {len(info.passed_on_rerun) - len(shown)} more" if len(info.passed_on_rerun) > len(shown) else ""

@@ -49,8 +49,7 @@ class GitHubError(SelfhealError):
     def __init__(self, status: int, message: str, *, api_message: str = "") -> None:
         super().__init__(message)
         self.status = status
-        #: GitHub's own ``message`` field (e.g. "Resource not accessible by integration").
-        self.api_message = api_message
+        self.api_message = api_message  # GitHub's own ``message`` ("Resource not accessible by integration")
 
 
 _Origin = tuple[str, str, int]
@@ -68,10 +67,8 @@ def _origin(url: str) -> Optional[_Origin]:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -84,15 +81,8 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
         super().__init__()
         self._origin = origin
 
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> Optional[urllib.request.Request]:
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage,
+                         newurl: str) -> Optional[urllib.request.Request]:
         if _origin(newurl) != self._origin:
             log.warning("GitHub API: not following a redirect to another host")
             return None  # urllib then raises HTTPError with the 3xx status
@@ -125,8 +115,7 @@ class GitHubClient:
         self._opener = urllib.request.build_opener(proxies, _SameOriginRedirects(origin))
 
     def __repr__(self) -> str:
-        auth = "token set" if self._token else "no token"
-        return f"GitHubClient({self.api_url!r}, {self.repository!r}, {auth})"
+        return f"GitHubClient({self.api_url!r}, {self.repository!r}, {'token set' if self._token else 'no token'})"
 
     def _repo_path(self) -> str:
         owner, name = self.repository.split("/", 1)
@@ -146,28 +135,17 @@ class GitHubClient:
         return text[:_MAX_MESSAGE_CHARS]
 
     def _error(self, method: str, shown: str, status: int, raw: bytes) -> GitHubError:
-        api_message = ""
-        details: list[str] = []
         try:
             payload = json.loads(raw.decode("utf-8", errors="replace")) if raw else None
         except ValueError:
             payload = None
-        if isinstance(payload, dict):
-            api_message = str(payload.get("message") or "")
-            for item in payload.get("errors") or []:
-                if isinstance(item, dict):
-                    details.append(str(item.get("message") or item.get("code") or ""))
-                elif isinstance(item, str):
-                    details.append(item)
-        text = api_message or "no message"
-        if any(details):
-            text += " (" + "; ".join(d for d in details if d) + ")"
-        api_message = self._scrub(api_message)
-        return GitHubError(
-            status,
-            self._scrub(f"GitHub API {method} {shown} failed: HTTP {status}: {text}"),
-            api_message=api_message,
-        )
+        payload = payload if isinstance(payload, dict) else {}
+        api_message = str(payload.get("message") or "")
+        details = [str(item.get("message") or item.get("code") or "") if isinstance(item, dict) else item
+                   for item in payload.get("errors") or [] if isinstance(item, (dict, str))]
+        text = (api_message or "no message") + (" (" + "; ".join(d for d in details if d) + ")" if any(details) else "")
+        return GitHubError(status, self._scrub(f"GitHub API {method} {shown} failed: HTTP {status}: {text}"),
+                           api_message=self._scrub(api_message))
 
     def request(self, method: str, path: str, body: Optional[Mapping[str, str]] = None) -> tuple[int, HTTPMessage, Any]:
         """One API call (``path`` relative to ``api_url``, or a same-origin URL): ``(status,
@@ -178,17 +156,10 @@ class GitHubClient:
             raise GitHubError(0, "GitHub API: refusing to send the token to another host")
         parts = urllib.parse.urlsplit(url)
         shown = parts.path + (f"?{parts.query}" if parts.query else "")
-        headers = {
-            "Accept": ACCEPT,
-            "X-GitHub-Api-Version": API_VERSION,
-            "User-Agent": "pytest-selfheal",
-        }
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json; charset=utf-8"
+        headers = {"Accept": ACCEPT, "X-GitHub-Api-Version": API_VERSION, "User-Agent": "pytest-selfheal",
+                   **({"Authorization": f"Bearer {self._token}"} if self._token else {}),
+                   **({"Content-Type": "application/json; charset=utf-8"} if body is not None else {})}
+        data = json.dumps(body).encode("utf-8") if body is not None else None
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
@@ -209,10 +180,8 @@ class GitHubClient:
         log.debug("GitHub API %s %s -> %s", method, shown, status)
         if len(raw) > MAX_RESPONSE_BYTES:
             raise GitHubError(status, f"GitHub API {method} {shown}: response too large")
-        if not raw.strip():
-            return status, resp_headers, None
         try:
-            return status, resp_headers, json.loads(raw.decode("utf-8"))
+            return status, resp_headers, json.loads(raw.decode("utf-8")) if raw.strip() else None
         except (UnicodeDecodeError, ValueError):
             raise GitHubError(status, f"GitHub API {method} {shown}: the response is not JSON") from None
 
@@ -240,26 +209,17 @@ class GitHubClient:
         """Every comment of issue/PR ``number``, oldest first, across at most MAX_PAGES pages,
         following ``rel="next"`` only within the API's origin and never to the same URL twice."""
         url: Optional[str] = f"{self.api_url}{self._repo_path()}/issues/{int(number)}/comments?per_page={PER_PAGE}"
-        seen = set()
-        pages = 0
-        while url is not None:
+        seen: set[str] = set()
+        while url is not None and url not in seen and len(seen) < MAX_PAGES:
             seen.add(url)
             status, headers, data = self.request("GET", url)
             if not isinstance(data, list):
                 raise GitHubError(status, "GitHub API: the comment list is not a JSON array")
-            for item in data:
-                if isinstance(item, dict):
-                    yield IssueComment.from_json(item)
-            pages += 1
-            nxt = _next_link(headers.get("Link"))
-            if nxt is None:
-                break
-            if not self.same_origin(nxt):
+            yield from (IssueComment.from_json(item) for item in data if isinstance(item, dict))
+            url = _next_link(headers.get("Link"))
+            if url is not None and not self.same_origin(url):
                 log.warning("GitHub API: ignoring a pagination link to another host")
-                break
-            if nxt in seen or pages >= MAX_PAGES:
-                break
-            url = nxt
+                url = None
 
     def create_issue_comment(self, number: int, body: str) -> IssueComment:
         _, _, data = self.request("POST", f"{self._repo_path()}/issues/{int(number)}/comments", {"body": body})
@@ -316,20 +276,10 @@ def _fit_in_bytes(body: str) -> str:
 
 @dataclass(frozen=True)
 class CommentResult:
-    action: str  # "created" | "updated" | "skipped"
+    action: str  # created | updated | skipped
     comment_id: Optional[int] = None
     warning: Optional[str] = None
     url: Optional[str] = None
-
-
-def find_sticky_comment(client: GitHubClient, number: int, tag: str, author: str) -> Optional[IssueComment]:
-    """The oldest comment on ``number`` holding ``tag`` and written by ``author``: nobody can make
-    us edit a comment that is not ours by quoting the marker."""
-    wanted = author.lower()
-    for comment in client.list_issue_comments(number):
-        if comment.body is not None and tag in comment.body and comment.author.lower() == wanted and comment.id is not None:
-            return comment
-    return None
 
 
 def _http_reason(exc: GitHubError) -> str:
@@ -350,15 +300,8 @@ def _send(call: Callable[[str], IssueComment], text: str, original: str) -> Issu
         return call(harder)
 
 
-def upsert_sticky_comment(
-    client: GitHubClient,
-    number: int,
-    body: str,
-    *,
-    name: str = "default",
-    author: Optional[str] = None,
-    create: bool = True,
-) -> CommentResult:
+def upsert_sticky_comment(client: GitHubClient, number: int, body: str, *, name: str = "default",
+                          author: Optional[str] = None, create: bool = True) -> CommentResult:
     """Create (unless not ``create``) or update the one report comment on PR ``number``, found by
     its :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
 
@@ -374,7 +317,10 @@ def upsert_sticky_comment(
     where = f"PR #{int(number)}"
     tail = "; the report is still in the job summary."
     try:
-        existing = find_sticky_comment(client, number, tag, author)
+        # The oldest comment holding the marker *and* written by us: nobody can make us edit a
+        # comment that is not ours by quoting the marker.
+        existing = next((c for c in client.list_issue_comments(number) if c.body is not None and tag in c.body
+                         and c.author.lower() == author.lower() and c.id is not None), None)
     except GitHubError as exc:
         if exc.status in (403, 404):
             return CommentResult("skipped", warning=f"Could not read the comments of {where} ({_http_reason(exc)}){tail}")
@@ -382,33 +328,28 @@ def upsert_sticky_comment(
     if existing is None and not create:
         return CommentResult("skipped")
 
-    def outcome(action: str, comment: IssueComment) -> CommentResult:
-        return CommentResult(action, comment.id, None, comment.html_url)
-
     def refused(verb: str, exc: GitHubError) -> CommentResult:
-        if exc.status == 422:
-            why = f"GitHub refused the report comment on {where} even after truncating it ({_http_reason(exc)})"
-        else:
-            why = (
-                f"Could not {verb} the report comment on {where} ({_http_reason(exc)}): the token cannot "
-                "write to pull requests (a fork PR's read-only token, or `pull-requests: write` "
-                "missing from the workflow's permissions)"
-            )
+        why = (f"GitHub refused the report comment on {where} even after truncating it ({_http_reason(exc)})"
+               if exc.status == 422 else
+               f"Could not {verb} the report comment on {where} ({_http_reason(exc)}): the token cannot write to "
+               "pull requests (a fork PR's read-only token, or `pull-requests: write` missing from the workflow's "
+               "permissions)")
         return CommentResult("skipped", existing.id if existing else None, why + tail)
 
     if existing is not None and existing.id is not None:
         comment_id = existing.id
         try:
-            return outcome("updated", _send(lambda b: client.update_issue_comment(comment_id, b), text, body))
+            comment = _send(lambda b: client.update_issue_comment(comment_id, b), text, body)
+            return CommentResult("updated", comment.id, None, comment.html_url)
         except GitHubError as exc:
-            if exc.status == 404:
-                existing = None  # deleted meanwhile: post a new one below
-            elif exc.status in (403, 422):
-                return refused("update", exc)
-            else:
+            if exc.status not in (403, 404, 422):
                 raise
+            if exc.status != 404:
+                return refused("update", exc)
+            existing = None  # deleted meanwhile: post a new one below
     try:
-        return outcome("created", _send(lambda b: client.create_issue_comment(number, b), text, body))
+        comment = _send(lambda b: client.create_issue_comment(number, b), text, body)
+        return CommentResult("created", comment.id, None, comment.html_url)
     except GitHubError as exc:
         if exc.status in (403, 404, 422):
             return refused("create", exc)

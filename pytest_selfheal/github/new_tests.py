@@ -1,12 +1,11 @@
 """New tests are checked for flakiness before they merge (edge: git, the verification runner).
 
-A flaky test is cheapest to catch on the pull request that adds it. On a pull request,
-``selfheal ci`` finds the tests it adds or changes (collected on it and not on its base
-revision, or whose lines, decorators included, changed) and re-runs just those
-``new_tests.reruns`` times, each in another order drawn from one recorded seed, within a
-time budget. One that passed and failed on the same code is ``flaky (new)``; one not re-run
-its count is ``unchecked``, not a pass. The runs go through the loop's verification checks
-(allowlisted argv, no shell, no token, redacted output) and are never attempts of an incident.
+On a pull request, ``selfheal ci`` finds the tests it adds or changes (collected on it and not
+on its base revision, or whose lines, decorators included, changed) and re-runs just those
+``new_tests.reruns`` times, each in another order from one recorded seed, within a time
+budget. One that passed and failed on the same code is ``flaky (new)``; one not re-run its
+count is ``unchecked``, not a pass. The runs go through the loop's verification checks
+(allowlisted argv, no shell, no token, redacted output); they are never an incident's attempts.
 """
 
 from __future__ import annotations
@@ -88,22 +87,17 @@ def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
 
 
 def rerun_options(pytest_args: Sequence[str]) -> list[str]:
-    """The job's pytest arguments without their selections: the re-runs run as the job's own did."""
+    """The job's pytest arguments without their selections (replaced by the new tests)."""
     kept: list[str] = []
     expects_value = False
     for word in pytest_args:
-        if expects_value:
+        if expects_value or (word.startswith("-") and word != "-"):
             kept.append(word)
-            expects_value = False
-        elif word.startswith("-") and word != "-":
-            kept.append(word)
-            expects_value = word in _VALUED
-        # else: a selection of the job's run, replaced by the new tests
+            expects_value = not expects_value and word in _VALUED
     return kept
 
 
 def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> float:
-    """``max_share`` of the job's test run, within :data:`BUDGET_FLOOR_SECONDS` and ``max_seconds``."""
     return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
@@ -150,23 +144,18 @@ class NewTestsRun:
     env: Optional[Mapping[str, str]] = None  # the test processes' environment (no token)
 
 
-def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]]) -> tuple[list[str], list[str]]:
-    """``(node-id prefixes of the tests whose lines changed, warnings)``."""
+def changed_in_place(project_root: Path, ranges: Mapping[str, Sequence[Span]], say: Say) -> list[str]:
+    """The node-id prefixes of the tests whose lines changed."""
     prefixes: list[str] = []
-    warnings: list[str] = []
-    for path in sorted(ranges):
-        if not is_test_file(path):
-            continue
+    for path in filter(is_test_file, sorted(ranges)):
         file = project_root / path
         try:
-            if not file.is_file() or file.stat().st_size > MAX_MODULE_BYTES:
-                continue
-            names = changed_tests(file.read_text(encoding="utf-8"), ranges[path])
+            if file.is_file() and file.stat().st_size <= MAX_MODULE_BYTES:
+                prefixes += [f"{path}::{name}" for name in changed_tests(file.read_text(encoding="utf-8"), ranges[path])]
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
-            warnings.append(f"{path}: not read for new tests ({type(exc).__name__}): its collection error is the run's")
-            continue
-        prefixes += [f"{path}::{name}" for name in names]
-    return prefixes, warnings
+            say(f"selfheal ci: warning: {path}: not read for new tests ({type(exc).__name__}): its collection error "
+                "is the run's")
+    return prefixes
 
 
 def _covers(prefix: str, nodeid: str) -> bool:
@@ -230,9 +219,7 @@ def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, s
     every test of a changed test module counts; when the pull request does not, the tests
     whose lines changed; each fallback one line. :class:`GitFailed` for the diff."""
     ranges = changed_lines(run.project_root, base)
-    prefixes, warnings = changed_in_place(run.project_root, ranges)
-    for line in warnings:
-        say(f"selfheal ci: warning: {line}")
+    prefixes = changed_in_place(run.project_root, ranges, say)
     if not ranges:
         return []  # no Python file changed: no test can be new
     timeout = effective.settings.verification.timeout_seconds  # a collection is not a re-run: not in the budget
@@ -308,46 +295,40 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
     rng = random.Random(seed)
     tallies: dict[str, _Tally] = {}
     started = time.monotonic()
-    done = 0
     with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
         last = 0.0  # how long the last re-run took: one that would not fit is not started
         for index in range(settings.new_tests.reruns):
             left = budget - (time.monotonic() - started)
             if left <= 0 or left < last:
-                return tallies, done, None
+                return tallies, index, None
             order = list(selections)
             rng.shuffle(order)
             try:
                 argv = _checked_pytest(run, effective, run.project_root, [], order)
             except RefusedError as exc:
-                return tallies, done, f"not re-run: {exc}"
+                return tallies, index, f"not re-run: {exc}"
             junit = Path(scratch) / f"rerun-{index + 1}.xml"
             result = run_selection(argv, cwd=run.project_root, junit_path=junit, timeout_seconds=left, env=run.env)
             last = result.duration_seconds
             if result.timed_out:
-                return tallies, done, None  # the budget ran out during this one: it does not count
+                return tallies, index, None  # the budget ran out during this one: it does not count
             try:
                 cases = dedupe(redact_cases(iter_testcases(junit), effective.redactor)) if junit.is_file() else []
             except InputError as exc:
-                return tallies, done, f"re-run {index + 1} gave no readable junit ({exc})"
+                return tallies, index, f"re-run {index + 1} gave no readable junit ({exc})"
             if not cases:
                 line = effective.redactor.redact(result.output_tail.strip().splitlines()[-1:][0]
                                                  if result.output_tail.strip() else "no output")
-                return tallies, done, f"re-run {index + 1} ran no test: {line}"
+                return tallies, index, f"re-run {index + 1} ran no test: {line}"
             fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
             for case in cases:
                 nodeid = next((n for n in (_matches(p, case) for p in selections) if n), None)
                 if nodeid is not None:
                     tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
                                                              fingerprints.get(case.test, ""), rerun=True)
-            done += 1
-    return tallies, done, None
+    return tallies, settings.new_tests.reruns, None
 
 
 def summary_line(check: NewTestsCheck) -> str:
-    flaky, unchecked = check.flaky, check.unchecked
-    if flaky:
-        return f"selfheal ci: flaky (new): {first_few(flaky, 3)} — {check.note}"
-    if unchecked:
-        return f"selfheal ci: unchecked (new): {first_few(unchecked, 3)} — {check.note}"
-    return f"selfheal ci: {check.note}"
+    label, tests = ("flaky", check.flaky) if check.flaky else ("unchecked", check.unchecked)
+    return f"selfheal ci: {label} (new): {first_few(tests, 3)} — {check.note}" if tests else f"selfheal ci: {check.note}"

@@ -1,9 +1,8 @@
 """The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
 
-A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on
-one root wait for each other instead of failing. A database that is corrupted, foreign,
-newer than this version, or a symlink is :class:`HistoryUnavailable`: one line, and the
-caller goes on without history — the incident files never depend on it.
+A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on one
+root wait for each other. A database that is corrupted, foreign, newer, or a symlink is
+:class:`HistoryUnavailable`: one line, and the caller goes on without history.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import astuple
 from pathlib import Path
 from typing import Optional
@@ -86,7 +86,7 @@ def _unavailable(path: Path, problem: str) -> HistoryUnavailable:
 
 
 class HistoryDB:
-    """An open history database. Use as a context manager, or call :meth:`close`."""
+    """An open history database: a context manager."""
 
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
@@ -142,11 +142,10 @@ class HistoryDB:
             raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
         # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
         # runs, which the history can afford (the incident files hold what the loop needs).
-        # Set before migrating: a new database's schema steps then commit to the WAL unsynced
-        # (half the syncs of creating one).
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        # Set before migrating: a new database's schema steps then commit to the WAL unsynced.
         # SQLite answers "locked" at once, not after the busy timeout, while another process
         # creating the file holds it to set the same mode.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
                 self._db.execute("PRAGMA journal_mode = WAL")
@@ -162,19 +161,24 @@ class HistoryDB:
     def _migrate(self, version: int) -> None:
         # One transaction per step: a crash leaves the previous version, never half of one.
         while version < SCHEMA_VERSION:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
                 if current == version:  # another process may have migrated meanwhile
                     for statement in MIGRATIONS[version]:
                         self._db.execute(statement)
                     self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     self._db.execute(f"PRAGMA user_version = {version + 1}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         self._db.close()
@@ -195,13 +199,11 @@ class HistoryDB:
         """Record many runs (from the segments ``segments``) in one transaction; how many were
         new. A ``run_key`` recorded before is skipped."""
         batch = list(items)
-        for _, outcomes in batch:
-            for item in outcomes:
-                if item.outcome not in OUTCOMES:
-                    raise ValueError(f"unknown history outcome {item.outcome!r}")
+        unknown = next((o.outcome for _, outcomes in batch for o in outcomes if o.outcome not in OUTCOMES), None)
+        if unknown is not None:
+            raise ValueError(f"unknown history outcome {unknown!r}")
         added = 0
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             for run, outcomes in batch:
                 cursor = self._db.execute(
                     f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_COLUMNS)}) "
@@ -216,22 +218,16 @@ class HistoryDB:
                         [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
                     )
             self._db.executemany("INSERT OR IGNORE INTO segments (name) VALUES (?)", [(n,) for n in segments])
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
         return added
 
     def recorded_segments(self) -> set[str]:
-        """The names of the segments whose runs are recorded here."""
         return {str(name) for (name,) in self._db.execute("SELECT name FROM segments")}
 
     def refused_segments(self) -> set[str]:
-        """The names of the segments a pull refused (never read again)."""
+        """The segments a pull refused (never read again)."""
         return {str(name) for (name,) in self._db.execute("SELECT name FROM refused_segments")}
 
     def refuse_segments(self, refused: Iterable[tuple[str, str]]) -> None:
-        """Remember ``(name, reason)`` of segments that are not imported."""
         self._db.executemany("INSERT OR IGNORE INTO refused_segments (name, reason) VALUES (?, ?)", list(refused))
 
     def merge_from(self, other: HistoryDB) -> int:

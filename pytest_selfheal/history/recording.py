@@ -1,9 +1,8 @@
 """Record a run in the history and triage its failures (edge: the database, git, the environment).
 
-The one entry every surface calls: read the quarantine list, look up the base branch's
-sightings *before* this run is added (a failure never makes itself known), record the run
-(its segment, then the database), and triage each failing test. Any history problem is a
-warning line; the caller goes on without it.
+The one entry every surface calls: the quarantine list, the base branch's sightings *before*
+this run is added (a failure never makes itself known), the run recorded (its segment, then
+the database), each failing test triaged. Any history problem is a warning line.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pytest_selfheal.gitrepo import git_snapshot
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.segments import segments_dir, single_run, write_segment
-from pytest_selfheal.history.sources import actions_event, head_repository, quarantine_in_force, run_base
+from pytest_selfheal.history.sources import actions_event, head_repository, judge_event, quarantine_in_force
 from pytest_selfheal.history.triage import matching_entry, triage_failure
 from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.incident import Triage
@@ -48,7 +47,7 @@ class HistorySection(Protocol):
 
 @dataclass(frozen=True)
 class Failing:
-    """One failing test of the run, as recorded (already redacted)."""
+    """One failing test of the run (already redacted)."""
 
     nodeid: str
     fingerprint: str
@@ -57,26 +56,15 @@ class Failing:
 
 @dataclass
 class HistoryResult:
-    """What recording gave: the triage of each failing test, warnings."""
-
     triage: dict[str, Triage] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     base_branch: str = "main"
     unavailable: Optional[str] = None  # the database's one line when it could not be used (also in warnings)
 
 
-def run_info(
-    *,
-    run_key: str,
-    kind: str,
-    project_root: Path,
-    env: Optional[Mapping[str, str]] = None,
-    incident_id: Optional[str] = None,
-    iteration: Optional[int] = None,
-    tests_run: Optional[int] = None,
-    now: Optional[dt.datetime] = None,
-    git: Optional[GitContext] = None,
-) -> hr.RunInfo:
+def run_info(*, run_key: str, kind: str, project_root: Path, env: Optional[Mapping[str, str]] = None,
+             incident_id: Optional[str] = None, iteration: Optional[int] = None, tests_run: Optional[int] = None,
+             now: Optional[dt.datetime] = None, git: Optional[GitContext] = None) -> hr.RunInfo:
     """The run's record: time, commit and branch (the Actions variables, else the caller's
     ``git`` context, else git itself), the repository of that branch, CI ids."""
     source = os.environ if env is None else env
@@ -93,40 +81,24 @@ def run_info(
     )
 
 
-def record_and_triage(
-    reports_root: Path,
-    settings: HistorySection,
-    run: hr.RunInfo,
-    failing: Sequence[Failing],
-    *,
-    project_root: Path,
-    passed_on_rerun: Sequence[str] = (),
-    passed: Sequence[str] = (),
-    env: Optional[Mapping[str, str]] = None,
-    event: Optional[Mapping[str, object]] = None,
-) -> HistoryResult:
-    """Record ``run`` and triage each test of ``failing``.
-
-    ``failing``: the tests to triage — this run's failures, and the tests of
-    ``passed_on_rerun`` (failed earlier, passed now with no code change) with the
-    fingerprint they failed with. ``passed``: tests that passed after a code change.
-    """
+def record_and_triage(reports_root: Path, settings: HistorySection, run: hr.RunInfo, failing: Sequence[Failing], *,
+                      project_root: Path, passed_on_rerun: Sequence[str] = (), passed: Sequence[str] = (),
+                      env: Optional[Mapping[str, str]] = None,
+                      event: Optional[Mapping[str, object]] = None) -> HistoryResult:
+    """Record ``run`` and triage each test of ``failing``: this run's failures, and the tests of
+    ``passed_on_rerun`` (failed earlier, passed now with no code change) with the fingerprint
+    they failed with. ``passed``: tests that passed after a code change."""
     source = os.environ if env is None else env
     if not settings.enabled:
         return HistoryResult(base_branch=settings.base_branch)
-    base = run_base(source, project_root, settings.base_branch, event)
+    base = judge_event(source, event, project_root, settings.base_branch)
     result = HistoryResult(base_branch=base.branch)
     quarantine, result.warnings = quarantine_in_force(project_root, settings.quarantine_file, source, base=base)
     rerun = set(passed_on_rerun)
-    outcomes: list[hr.TestOutcome] = []
-    for item in failing:
-        if item.nodeid in rerun:
-            outcome = hr.PASSED_ON_RERUN
-        elif matching_entry(quarantine, nodeid=item.nodeid, fingerprint=item.fingerprint) is not None:
-            outcome = hr.QUARANTINED
-        else:
-            outcome = hr.FAILED
-        outcomes.append(hr.TestOutcome(item.nodeid, outcome, item.fingerprint, item.failure_class))
+    outcomes = [hr.TestOutcome(item.nodeid, hr.PASSED_ON_RERUN if item.nodeid in rerun
+                               else hr.QUARANTINED if matching_entry(quarantine, nodeid=item.nodeid,
+                                                                     fingerprint=item.fingerprint)
+                               else hr.FAILED, item.fingerprint, item.failure_class) for item in failing]
     outcomes += [hr.TestOutcome(nodeid, hr.PASSED) for nodeid in passed if nodeid not in rerun]
     since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=float(settings.window_days))).isoformat()
     # The segment first: it is the durable record that `selfheal history push` shares and the

@@ -1,19 +1,12 @@
 """History segments: the append-only, mergeable form of the failure history, and the
 segments recorded on this machine, in ``<reports root>/history-segments/``.
 
-Each recorded run is written once as a *segment*: a small JSON document holding the run
-and its outcomes, named by the hash of its bytes (content-addressed). A segment never
-changes; the same run written twice is the same name, so sharing segments (a directory,
-the git ref of ``history/share.py``) never conflicts and never duplicates, and the
-database (``history.sqlite3``) is a cache rebuilt from them — recording is keyed by
-``run_key``, so a run seen in two segments still counts once.
-
-A *compacted* segment holds many runs and the names of the segments it replaces, so a
-clone that still has one of those old segments does not bring it back.
-
-Local segment files are written atomically (``store/fsio.py``), inside the reports root, and
-never rewritten. The folder is writable by the tests too, so every file is read back as
-untrusted input, and a run shares only the segments it recorded.
+Each recorded run is written once as a *segment*, a small JSON document named by the hash of
+its bytes: sharing segments never conflicts or duplicates, and the database is a cache
+rebuilt from them (keyed by ``run_key``, so a run seen in two segments counts once). A
+*compacted* segment holds many runs and the names of those it replaces, so a clone still
+holding an old one does not bring it back. The folder is writable by the tests too: every
+file is read back as untrusted input, and a run shares only the segments it recorded.
 """
 
 from __future__ import annotations
@@ -71,8 +64,6 @@ class SegmentError(ValueError):
 
 @dataclass(frozen=True)
 class SegmentRun:
-    """One run of a segment with its outcomes."""
-
     run: RunInfo
     outcomes: tuple[TestOutcome, ...]
 
@@ -86,7 +77,6 @@ class Segment:
 
     @property
     def compacted(self) -> bool:
-        """True for a segment made by compaction (it lives under ``compacted/``)."""
         return bool(self.replaces)
 
 
@@ -107,24 +97,20 @@ def encode(segment: Segment) -> bytes:
 
 
 def segment_name(data: bytes) -> str:
-    """The content address of a segment's bytes."""
     return hashlib.sha256(data).hexdigest()[:NAME_LENGTH]
 
 
 def is_segment_name(text: str) -> bool:
-    """True for a well-formed segment name (what a file or tree entry must be called)."""
     return len(text) == NAME_LENGTH and all(c in "0123456789abcdef" for c in text)
 
 
 def tree_path(name: str, *, compacted: bool) -> str:
     """Where the segment ``name`` sits in the shared tree."""
-    if compacted:
-        return f"{COMPACTED_DIR}/{name}{SEGMENT_SUFFIX}"
-    return f"{SEGMENTS_DIR}/{name[:2]}/{name}{SEGMENT_SUFFIX}"
+    return f"{COMPACTED_DIR}/{name}{SEGMENT_SUFFIX}" if compacted else f"{SEGMENTS_DIR}/{name[:2]}/{name}{SEGMENT_SUFFIX}"
 
 
 def replaced_path(name: str) -> str:
-    """Where the marker of a segment that a compaction replaced sits in the shared tree."""
+    """Where the marker of a segment a compaction replaced sits in the shared tree."""
     return f"{REPLACED_DIR}/{name[:2]}/{name}"
 
 
@@ -197,9 +183,8 @@ def _outcome(data: object) -> TestOutcome:
 
 
 def decode(data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
-    """The segment of ``data``; :class:`SegmentError` for anything else (another format, a
-    newer version, a bad or implausible field, more than the bounds allow). ``now``: runs
-    recorded after it (beyond :data:`CLOCK_SKEW`) are refused too."""
+    """The segment of ``data``, or :class:`SegmentError`; ``now``: runs recorded after it
+    (beyond :data:`CLOCK_SKEW`) are refused too."""
     if len(data) > MAX_SEGMENT_BYTES:
         raise SegmentError(f"{len(data):,} bytes, over the bound of {MAX_SEGMENT_BYTES:,}")
     try:
@@ -230,16 +215,14 @@ def decode(data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
 
 def accept(name: str, data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
     """The segment called ``name`` with bytes ``data``, taken as untrusted input (a file a
-    test could have written, a blob anyone who pushed could have made): its name must be the
-    hash of its bytes, and it must decode within the bounds, nothing recorded later than
-    ``now`` (default: the current time) allows. :class:`SegmentError` otherwise."""
+    test could have written, a blob anyone who pushed could have made): named by the hash of
+    its bytes, within the bounds, nothing recorded after ``now`` (default: the current time)."""
     if segment_name(data) != name:
         raise SegmentError("its name is not the hash of its bytes")
     return decode(data, now=now or dt.datetime.now(dt.timezone.utc))
 
 
 def single_run(run: RunInfo, outcomes: Sequence[TestOutcome]) -> Segment:
-    """The segment of one recorded run."""
     return Segment((SegmentRun(run, tuple(outcomes)),))
 
 
@@ -261,13 +244,12 @@ SEGMENTS_FOLDER = "history-segments"
 
 
 def segments_dir(reports_root: Path) -> Path:
-    """Where this machine's segments live."""
     return Path(reports_root) / SEGMENTS_FOLDER
 
 
 def write_segment(reports_root: Path, segment: Segment) -> str:
-    """Write ``segment`` (once: an existing file of that name already holds these bytes);
-    its name. Raises a ``SelfhealError`` (one line) when the reports root refuses the write."""
+    """Write ``segment`` once (a file of that name holds these bytes already); its name.
+    A ``SelfhealError`` (one line) when the reports root refuses the write."""
     data = encode(segment)
     name = segment_name(data)
     folder = segments_dir(reports_root)
@@ -280,24 +262,19 @@ def write_segment(reports_root: Path, segment: Segment) -> str:
 
 def local_segments(reports_root: Path) -> dict[str, Path]:
     """``{name: path}`` of the segment files here (other files, temp files included, are not segments)."""
-    folder = segments_dir(reports_root)
-    found: dict[str, Path] = {}
     try:
-        entries = list(os.scandir(folder))
+        entries = list(os.scandir(segments_dir(reports_root)))
     except OSError:
-        return found
-    for entry in entries:
-        stem = entry.name[:-len(SEGMENT_SUFFIX)] if entry.name.endswith(SEGMENT_SUFFIX) else ""
-        if is_segment_name(stem) and entry.is_file(follow_symlinks=False):
-            found[stem] = Path(entry.path)
-    return found
+        return {}
+    return {entry.name.removesuffix(SEGMENT_SUFFIX): Path(entry.path) for entry in entries
+            if entry.name.endswith(SEGMENT_SUFFIX) and is_segment_name(entry.name.removesuffix(SEGMENT_SUFFIX))
+            and entry.is_file(follow_symlinks=False)}
 
 
 def read_segment_files(paths: Sequence[Path]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
-    """``(segments with their names, refused)`` of local segment files, each taken as untrusted
-    input (a test could have written it): at most :data:`MAX_SEGMENT_BYTES` + 1 bytes read, named
-    by the hash of its bytes, plausible (``segments.accept``). ``refused``: ``(name, the one line
-    why)`` of each file skipped (left in place, never deleted)."""
+    """``(segments with their names, refused)`` of local segment files, each read as untrusted
+    input (:func:`accept`, at most :data:`MAX_SEGMENT_BYTES` + 1 bytes). ``refused``: ``(name,
+    the one line why)`` of each file skipped (left in place, never deleted)."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)

@@ -1,14 +1,10 @@
 """The shared history: segments on a dedicated ref of the project's own git remote (edge: git).
 
 ``refs/selfheal/history`` is a ref no user checks out; its one commit's tree holds every
-segment and an empty marker per segment a compaction replaced. Segments are separate,
-content-addressed files, so two writers never conflict: a push that loses the race fetches
-again, adds its segments on top and pushes again; a run seen twice counts once (``run_key``).
-
-Only git and the remote's own credentials, no shell, no user hook. Only merged code writes
-(``history/sources.py``). Every segment read, shared or local, is untrusted input: named by the
-hash of its bytes, within bounds, plausible (``segments.accept``); a blob over the bound is
-never read.
+segment and an empty marker per segment a compaction replaced. Segments are content-addressed
+files, so writers never conflict: a push that loses the race fetches again and retries. Only
+git and the remote's own credentials, no shell, no user hook; only merged code writes. Every
+segment read is untrusted input (``segments.accept``); a blob over the bound is never read.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from pytest_selfheal.history.segments import (
     segment_name,
     tree_path,
 )
-from pytest_selfheal.history.sources import run_base
+from pytest_selfheal.history.sources import judge_event
 from pytest_selfheal.redact import default_redactor
 
 DEFAULT_REMOTE = "origin"
@@ -74,8 +70,7 @@ class SharedHistoryError(SelfhealError):
 
 @dataclass(frozen=True)
 class PushResult:
-    """What a push did: segments added to the remote, those it already had, attempts made,
-    and one line per segment it would not push."""
+    """Segments added to the remote, those it had, attempts made, one line per segment not pushed."""
 
     pushed: int
     already: int
@@ -85,8 +80,7 @@ class PushResult:
 
 @dataclass(frozen=True)
 class PullResult:
-    """What a pull did: segments read (those the database did not hold yet, shared and local),
-    runs in them, runs new to the database."""
+    """Segments read (those the database lacked, shared and local), their runs, the runs new to it."""
 
     segments: int
     runs: int
@@ -97,7 +91,7 @@ class PullResult:
 
 @dataclass(frozen=True)
 class CompactResult:
-    """What a compaction did: segments merged into one, and the runs it holds."""
+    """Segments merged into one, and the runs it holds."""
 
     replaced: int
     runs: int
@@ -114,8 +108,6 @@ class _Entry(NamedTuple):
 
 @dataclass
 class _Tree:
-    """The shared tree of one commit: its segments by name, and the names compactions replaced."""
-
     segments: dict[str, _Entry] = field(default_factory=dict)
     replaced: set[str] = field(default_factory=set)
 
@@ -150,10 +142,9 @@ def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterat
 
 
 def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) -> None:
-    """Only runs of merged code write the shared history (a push to the default branch, a
-    schedule, a manual run there: ``history/sources.py``) — or a person, outside Actions. A pull
-    request, the merge queue, a push to another branch and every other event read it only."""
-    base = run_base(env, project_root)
+    """Only runs of merged code (``history/sources.py``) or a person outside Actions write the
+    shared history; every other event reads it only."""
+    base = judge_event(env, None, project_root)
     if not base.shares:
         raise RefusedError(f"selfheal history {what}: the {base.event} event tests code not merged yet: it reads "
                            "the shared history and never writes it (its runs stay in this job's own history)")
@@ -161,7 +152,6 @@ def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) 
 
 def _run(repo: _Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
          stdin: Optional[bytes] = None) -> bytes:
-    """``git ARGS`` in ``repo``, with its environment, no hook; raises ``GitFailed``."""
     with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
         return run_git(repo.path, args, env={**repo.env, **(env or {})}, stdin=stdin, hooks_dir=Path(hooks))
 
@@ -175,8 +165,7 @@ def _git(repo: _Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] =
 
 
 def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
-    """Fetch the remote's ``ref`` into the same ref of the repository at ``root``; its
-    commit, or None when the remote has no shared history yet."""
+    """Fetch the remote's ``ref`` into the same ref at ``root``; its commit, None when it has none."""
     return _fetch(_Repo(root), remote, ref)
 
 
@@ -216,8 +205,7 @@ def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
 
 
 def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
-    """The contents of ``blobs``, in order, with one ``git cat-file --batch`` (the caller
-    bounds their total size)."""
+    """The contents of ``blobs``, in order, with one ``git cat-file --batch`` (the caller bounds them)."""
     if not blobs:
         return []
     out = _git(root, ["cat-file", "--batch"], stdin="".join(f"{b}\n" for b in blobs).encode())
@@ -235,10 +223,10 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
 
 
 def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
-    """``(segments, refused)`` of shared ``entries``, taken as untrusted input: a blob over
-    :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread; the others must be
-    named by the hash of their bytes and plausible (``segments.accept``), and are read in
-    batches of at most :data:`READ_BATCH_BYTES`. ``refused``: ``(name, the one line why)``."""
+    """``(segments, refused)`` of shared ``entries`` as untrusted input: a blob over
+    :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread, the others read in
+    batches of at most :data:`READ_BATCH_BYTES` and accepted (``segments.accept``) or refused
+    with ``(name, the one line why)``."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)
@@ -265,8 +253,8 @@ def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str,
 
 def _commit(root: _Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], removes: Sequence[_Entry],
             message: str) -> str:
-    """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``,
-    built in a private index: the user's index and working tree are never touched."""
+    """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``, built in
+    a private index: the user's index and working tree are never touched."""
     with tempfile.TemporaryDirectory(prefix="selfheal-history-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp, "index"))}
         _git(root, ["read-tree", parent] if parent else ["read-tree", "--empty"], env=env)
@@ -296,9 +284,8 @@ _T = TypeVar("_T")
 
 def _update(repo: _Repo, remote: str, ref: str, attempts: int, sleep: Callable[[float], None], gave_up: str,
             step: Callable[[Optional[str], _Tree, int], tuple[Optional[str], _T]]) -> _T:
-    """Fetch ``ref``, let ``step`` make a commit on it (None: nothing to do) and push that; on a
-    lost race, again after a jittered exponential backoff (writers that collided do not collide
-    again in step), up to ``attempts`` times. ``step``'s result is the answer."""
+    """Fetch ``ref``, let ``step`` commit on it (None: nothing to do) and push; on a lost race,
+    again after a jittered backoff (collided writers do not collide again in step)."""
     for attempt in range(1, attempts + 1):
         parent = _fetch(repo, remote, ref)
         commit, result = step(parent, _tree(repo, parent), attempt)
@@ -312,12 +299,10 @@ def _update(repo: _Repo, remote: str, ref: str, attempts: int, sleep: Callable[[
 def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
          attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
          auth: Optional[Mapping[str, str]] = None, only: Optional[Collection[str]] = None) -> PushResult:
-    """Add this machine's segments that the remote lacks to its ``ref``: fetch, commit the
-    missing segments on top, push; on a lost race, again (up to ``attempts`` times).
-    ``only``: the names of the segments to share (those one run recorded); default every
-    local one. Each is read as untrusted input first: one that is not plausible is not
-    pushed (a line in ``problems``). ``auth``: :func:`token_env` of a token (git then works
-    in a scratch repository)."""
+    """Add this machine's segments the remote lacks to its ``ref`` (:func:`_update`). ``only``:
+    the segments to share (those one run recorded), default every local one; each is read as
+    untrusted input first, and one that is not plausible is a line in ``problems``. ``auth``:
+    :func:`token_env` of a token (git then works in a scratch repository)."""
     local, problems = _pushable(reports_root, only)
     blobs: dict[str, str] = {}
 
@@ -350,7 +335,6 @@ def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict
 
 
 def _recorded(reports_root: Path) -> set[str]:
-    """The segments the database already holds or refused (none when it does not exist yet)."""
     try:
         with HistoryDB.open(reports_root, create=False) as db:
             return db.recorded_segments() | db.refused_segments()
@@ -361,9 +345,8 @@ def _recorded(reports_root: Path) -> set[str]:
 def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
     """Fetch the remote's ``ref`` and record the runs of its segments and this machine's own in
-    the database, one transaction: only the segments it does not hold yet are read (a pull after
-    a restored cache reads what is new since). A segment refused is one line in ``problems``
-    once, remembered, and never read again. ``auth``: as for :func:`push`."""
+    the database, in one transaction, reading only the segments it lacks. A segment refused is
+    one line in ``problems`` once, and never read again. ``auth``: as for :func:`push`."""
     with _repository(project_root, auth) as repo:
         commit = _fetch(repo, remote, ref)
         done = _recorded(reports_root)
@@ -384,16 +367,11 @@ def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
 
 
 def _older(segment: Segment, cutoff: dt.datetime) -> bool:
-    for item in segment.runs:
-        try:
-            when = dt.datetime.fromisoformat(item.run.recorded_at)
-        except ValueError:
-            return False
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-        if when >= cutoff:
-            return False
-    return bool(segment.runs)
+    try:
+        times = [dt.datetime.fromisoformat(item.run.recorded_at) for item in segment.runs]
+    except ValueError:
+        return False
+    return bool(times) and all((t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)) < cutoff for t in times)
 
 
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
@@ -401,7 +379,7 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
                    sleep: Callable[[float], None] = time.sleep,
                    auth: Optional[Mapping[str, str]] = None) -> CompactResult:
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one
-    compacted segment (every run kept once), and push it; on a lost race, again."""
+    compacted segment (every run kept once) and push it (:func:`_update`)."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
 
     def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:

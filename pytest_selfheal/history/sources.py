@@ -1,16 +1,14 @@
 """Where the history's inputs come from (edge: the environment, git, files): the CI event's
 judgement, the quarantine file and the run's context.
 
-Every Actions event is judged once, by what the code being tested can reach: an event that
-tests code not merged yet reads its quarantine list at a *base revision* the tested code
-cannot change (``pull_request.base.sha``, ``merge_group.base_sha``, else the default
-branch's tip as the checkout fetched it), counts a failure as known only when it was seen on
-the base repository's own branch, and never writes the shared history. Where no base
-revision can be found, the run fails closed: no quarantine list applies, and it says so.
-
-Merged code is a ``schedule``, or a push or manual run on the default branch, which comes
-from the event payload, never from the repository's config the tested code may have changed.
-Outside Actions nothing is judged: a run on a developer's machine reads its own working tree.
+Every Actions event is judged once, by what the tested code can reach. Code not merged yet
+reads its quarantine list at a *base revision* it cannot change (``pull_request.base.sha``,
+``merge_group.base_sha``, else the default branch's tip as fetched), counts a failure as
+known only when seen on the base repository's own branch, and never writes the shared
+history; with no base revision found it fails closed (no quarantine, one line saying so).
+Merged code (a ``schedule``, a push or manual run on the default branch) is told from the
+event payload, never from config the tested code could change. Outside Actions nothing is
+judged: a developer's run reads its own working tree.
 """
 
 from __future__ import annotations
@@ -41,7 +39,8 @@ DEFAULT_REMOTE = "origin"
 _HEADS = "refs/heads/"
 
 
-def _get(mapping: object, *keys: str) -> object:
+def dig(mapping: object, *keys: str) -> object:
+    """``mapping[k1][k2]…`` of a JSON payload, None where a level is missing or not an object."""
     for key in keys:
         mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
     return mapping
@@ -61,9 +60,7 @@ def _repository(value: object) -> Optional[str]:
 
 def _branch(ref: Optional[str]) -> Optional[str]:
     """``main`` of ``refs/heads/main`` (or of ``main``); None for a tag or anything implausible."""
-    if ref is None:
-        return None
-    name = ref[len(_HEADS):] if ref.startswith(_HEADS) else ref
+    name = ref.removeprefix(_HEADS) if ref is not None else ""
     return name if not name.startswith("refs/") and plausible_ref_name(name) else None
 
 
@@ -94,7 +91,6 @@ class RunBase:
 
 
 def _default_tip(project_root: Path, branch: str) -> Optional[str]:
-    """The commit the checkout fetched for the default branch, or None."""
     try:
         out = run_git(project_root, ["rev-parse", "--verify", "--quiet",
                                      f"refs/remotes/{DEFAULT_REMOTE}/{branch}^{{commit}}"],
@@ -111,31 +107,32 @@ def head_repository(env: Mapping[str, str], event: Mapping[str, object]) -> Opti
     if name is None or env.get("GITHUB_ACTIONS") != "true":
         return None
     if name in PULL_REQUEST_EVENTS:
-        return _repository(_get(event, "pull_request", "head", "repo", "full_name"))
+        return _repository(dig(event, "pull_request", "head", "repo", "full_name"))
     return _repository(env.get("GITHUB_REPOSITORY"))
 
 
-def judge_event(env: Mapping[str, str], event: Mapping[str, object], project_root: Path,
+def judge_event(env: Mapping[str, str], event: Optional[Mapping[str, object]], project_root: Path,
                 configured_branch: str = "main") -> RunBase:
     """The :class:`RunBase` of the run described by ``env`` (the Actions variables) and
-    ``event`` (its payload, read before any test ran). ``configured_branch``:
+    ``event`` (its payload, read before any test ran; None: read it now). ``configured_branch``:
     ``history.base_branch``, the branch "known" refers to where the event names none."""
     name = env.get("GITHUB_EVENT_NAME") or None
     if name is None or env.get("GITHUB_ACTIONS") != "true":
         return RunBase(branch=configured_branch)
+    event = actions_event(env) if event is None else event
     repository = _repository(env.get("GITHUB_REPOSITORY"))
-    default = _branch(_text(_get(event, "repository", "default_branch")))
-    ref = _text(env.get("GITHUB_REF")) or _text(_get(event, "ref"))
+    default = _branch(_text(dig(event, "repository", "default_branch")))
+    ref = _text(env.get("GITHUB_REF")) or _text(dig(event, "ref"))
     if name in PULL_REQUEST_EVENTS:
-        pull = _get(event, "pull_request")
-        base_branch = _branch(_text(_get(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
+        pull = dig(event, "pull_request")
+        base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
         return _unmerged(
-            name, _sha(_get(pull, "base", "sha")), base_branch or configured_branch,
-            _repository(_get(pull, "base", "repo", "full_name")) or repository,
+            name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
+            _repository(dig(pull, "base", "repo", "full_name")) or repository,
             head_repository(env, event), "pull_request.base.sha")
     if name == MERGE_GROUP:
-        group = _get(event, "merge_group")
-        return _unmerged(name, _sha(_get(group, "base_sha")), _branch(_text(_get(group, "base_ref"))) or configured_branch,
+        group = dig(event, "merge_group")
+        return _unmerged(name, _sha(dig(group, "base_sha")), _branch(_text(dig(group, "base_ref"))) or configured_branch,
                          repository, repository, "merge_group.base_sha")
     on_default = default is not None and _branch(ref) == default
     if name == SCHEDULE or (name in MERGED_ON_DEFAULT and on_default):
@@ -226,9 +223,8 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
 def read_actions_event(path: str) -> tuple[dict[str, object], Optional[str]]:
-    """The webhook payload of the triggering event in the file ``path`` (``$GITHUB_EVENT_PATH``)
-    and None, or ``{}`` and the one-line reason it could not be read (the caller decides
-    whether to warn). The one reader of the payload: ``selfheal ci`` and the history read it here."""
+    """``(the event payload in the file path, None)``, or ``({}, the one line why not)``: the one
+    reader of ``$GITHUB_EVENT_PATH`` (the caller decides whether to warn)."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_EVENT_BYTES + 1)
@@ -246,16 +242,9 @@ def read_actions_event(path: str) -> tuple[dict[str, object], Optional[str]]:
 
 
 def actions_event(env: Mapping[str, str]) -> dict[str, object]:
-    """The Actions event payload (``GITHUB_EVENT_PATH``), ``{}`` outside Actions or when unreadable."""
+    """The event payload, ``{}`` outside Actions or when unreadable."""
     path = env.get("GITHUB_EVENT_PATH")
     return read_actions_event(path)[0] if path else {}
-
-
-def run_base(env: Mapping[str, str], project_root: Path, configured_branch: str = "main",
-             event: Optional[Mapping[str, object]] = None) -> RunBase:
-    """The judgement of this run's Actions event (:func:`judge_event`);
-    ``event`` read from ``GITHUB_EVENT_PATH`` when not given."""
-    return judge_event(env, event if event is not None else actions_event(env), project_root, configured_branch)
 
 
 def quarantine_in_force(
@@ -266,7 +255,7 @@ def quarantine_in_force(
     file at the base revision (``base``, else judged from ``env`` and ``event``), never the
     tested code's; none at all, and one warning, where no base revision was found; the working
     tree's for merged code and outside Actions. ``(entries, warnings)``."""
-    judged = base if base is not None else run_base(env, project_root, event=event)
+    judged = base if base is not None else judge_event(env, event, project_root)
     if judged.problem is not None:
         return [], [judged.problem]
     return read_quarantine(project_root, relative, revision=judged.revision)

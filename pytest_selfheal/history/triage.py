@@ -1,31 +1,13 @@
-"""Triage of a run's failures: new, known, flaky or quarantined (pure).
+"""Triage of a run's failures: new, known, flaky or quarantined (pure; docs/history.md).
 
-One label per failure, first that holds wins (docs/history.md):
+One label per failure, the first that holds wins: ``quarantined`` (an entry of the quarantine
+list names its test or fingerprint), ``flaky`` (it passed on re-run with no code change, or
+its recorded flake rate is above ``history.flaky_rate``), ``known`` (its fingerprint already
+failed on the base branch), else ``new`` (most likely caused by the change under test).
 
-1. ``quarantined`` — a quarantine entry (read from the base revision on a pull request)
-   names its test or fingerprint: the team decided to let it fail for now;
-2. ``flaky`` — it passed on re-run with no code change in this run, or its recorded flake
-   rate (re-run passes among its recorded failures, over the window) is above
-   ``history.flaky_rate``;
-3. ``known`` — its fingerprint already failed on the base branch (first seen there, how
-   often);
-4. ``new`` — none of the above: most likely caused by the change under test.
-
-The quarantine list is a committed YAML file the team controls (text in, entries out).
-
-``.selfheal-quarantine.yml`` (``quarantine.path``)::
-
-    quarantine:
-      - test: tests/test_api.py::test_upstream
-        reason: upstream sandbox flaps, ticket OPS-12
-        expires: 2026-12-31
-        owner: "@payments"
-      - fingerprint: 1a2b3c4d5e6f
-        reason: known on main since the 3.2 bump
-
-Each entry names a ``test`` (node id) or a ``fingerprint``, with a ``reason``; ``expires``
-(YYYY-MM-DD, inclusive) and ``owner`` are optional. A malformed or expired entry is left
-out with a warning naming its line; the rest still apply.
+The quarantine list is a committed YAML file the team controls (docs/history.md
+"Quarantine"). A malformed or expired entry is left out with a warning naming its line; the
+rest still apply.
 """
 
 from __future__ import annotations
@@ -47,6 +29,8 @@ def _yaml() -> Any:
     import yaml  # type: ignore[import-untyped,unused-ignore]
 
     return yaml
+
+
 ENTRY_KEYS = ("test", "fingerprint", "reason", "expires", "owner")
 
 
@@ -62,19 +46,15 @@ class QuarantineEntry:
     line: int = 0  # 1-based line in the file (0: built in code)
 
     def covers(self, *, nodeid: str, fingerprint: str) -> bool:
-        """True when the entry names this test or this fingerprint."""
         return (self.test is not None and self.test == nodeid) or (
             self.fingerprint is not None and self.fingerprint == fingerprint)
 
     def to_mapping(self) -> dict[str, str]:
         """The entry as written in the file (absent keys left out)."""
-        data = {"test": self.test, "fingerprint": self.fingerprint, "reason": self.reason,
-                "expires": self.expires, "owner": self.owner}
-        return {key: value for key, value in data.items() if value is not None}
+        return {key: value for key in ENTRY_KEYS if (value := getattr(self, key)) is not None}
 
 
 def matching_entry(entries: Sequence[QuarantineEntry], *, nodeid: str, fingerprint: str) -> Optional[QuarantineEntry]:
-    """The first entry that covers the failure, or None."""
     return next((e for e in entries if e.covers(nodeid=nodeid, fingerprint=fingerprint)), None)
 
 
@@ -98,7 +78,7 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[Quaran
     for node in items:
         line = node.start_mark.line + 1
         try:
-            data = yaml.safe_load(yaml.serialize(node))
+            data = _entry_mapping(node)
         except Exception as exc:
             # A tag (`!!python/object`), a complex key, an impossible date (`2026-02-30`)...
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -163,16 +143,12 @@ def _shown(value: Any, limit: int = 80) -> str:
 
 
 def _date(value: Any) -> Optional[dt.date]:
-    if isinstance(value, dt.datetime):
-        return value.date()
     if isinstance(value, dt.date):
-        return value
-    if isinstance(value, str):
-        try:
-            return dt.date.fromisoformat(value.strip())
-        except ValueError:
-            return None
-    return None
+        return value.date() if isinstance(value, dt.datetime) else value
+    try:
+        return dt.date.fromisoformat(value.strip()) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 HEADER = ("# Quarantined failures (pytest-selfheal): they still run and are reported, but do not fail\n"
@@ -180,14 +156,12 @@ HEADER = ("# Quarantined failures (pytest-selfheal): they still run and are repo
 
 
 def _item_text(data: Any, indent: int) -> str:
-    yaml = _yaml()
-    dumped = yaml.safe_dump([data], sort_keys=False, allow_unicode=True, width=1000)
+    dumped = _yaml().safe_dump([data], sort_keys=False, allow_unicode=True, width=1000)
     return "".join(" " * indent + line + "\n" for line in dumped.splitlines())
 
 
 def _entry_mapping(node: Any) -> Any:
-    yaml = _yaml()
-    return yaml.safe_load(yaml.serialize(node))
+    return _yaml().safe_load(_yaml().serialize(node))
 
 
 def _compose(text: str) -> Any:

@@ -1,15 +1,11 @@
 """What a repair may touch without asking, and who may say yes when it asks (docs/repair.md
 "Scope", "Approval").
 
-The scope is the plan's ``target_paths`` plus the ``repair.allowed_paths`` globs; the failing
-tests' files join only with ``repair.allow_test_edits``. Globs match the whole project-relative
-POSIX path with :func:`fnmatch.fnmatchcase` (``*`` crosses ``/``; ``docs/`` means
-``docs/*``), case-sensitive everywhere: one config gives one answer on Linux and macOS.
-
-A diff is never applied, nor the scope widened, without approval: given up front
-(``--approve``, ``--selfheal-approve``, ``repair.approve: true``) or typed at a terminal
-(stdin *and* stdout are TTYs). Otherwise the answer is no: a CI job or an agent piping the
-output never gets an implicit yes. Questions go to stderr (stdout may carry JSON).
+Globs match the whole project-relative POSIX path with :func:`fnmatch.fnmatchcase` (``*``
+crosses ``/``), case-sensitive everywhere: one config gives one answer on Linux and macOS.
+Approval is given up front or typed at a terminal (stdin *and* stdout are TTYs); otherwise
+the answer is no, so a CI job or an agent piping the output never gets an implicit yes.
+Questions go to stderr (stdout may carry JSON).
 """
 
 from __future__ import annotations
@@ -29,28 +25,13 @@ def normalise(path: str) -> str:
     """A path as the scope compares it: POSIX, no ``./``, no trailing slash; ``..`` kept, so a
     path escaping the project matches no target path."""
     text = path.replace("\\", "/").strip()
-    if not text:
-        return ""
-    norm = posixpath.normpath(text)
+    norm = posixpath.normpath(text) if text else ""
     return "" if norm == "." else norm
 
 
-def _normalised(paths: Iterable[str]) -> list[str]:
-    seen: list[str] = []
-    for path in paths:
-        norm = normalise(path)
-        if norm and norm not in seen:
-            seen.append(norm)
-    return seen
-
-
-def plan_target_paths(plan: Plan) -> list[str]:
-    """The union of every action's ``target_paths``, normalised, in order."""
-    return _normalised(path for action in plan.actions for path in action.target_paths)
-
-
-def plan_test_paths(plan: Plan) -> list[str]:
-    return _normalised(path for action in plan.actions for path in action.test_paths)
+def plan_target_paths(plan: Plan, field: str = "target_paths") -> list[str]:
+    """The union of every action's ``target_paths`` (or ``test_paths``), normalised, in order."""
+    return list(dict.fromkeys(n for action in plan.actions for p in getattr(action, field) if (n := normalise(p))))
 
 
 def _glob_matches(path: str, pattern: str) -> bool:
@@ -88,20 +69,16 @@ def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bo
     """``(target_paths, globs)``: the scope of a repair, the ``test_paths`` only when ``allow_test_edits``."""
     targets = plan_target_paths(plan)
     if allow_test_edits:
-        targets += [t for t in plan_test_paths(plan) if t not in targets]
+        targets += [t for t in plan_target_paths(plan, "test_paths") if t not in targets]
     return targets, [g for g in globs if isinstance(g, str) and g.strip()]
-
-
-def _stream_is_tty(stream: Any) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())
-    except (AttributeError, ValueError, OSError):  # closed or replaced streams
-        return False
 
 
 def is_interactive(stdin: Any = None, stdout: Any = None) -> bool:
     """True when a human can answer: both stdin and stdout are terminals."""
-    return _stream_is_tty(stdin or sys.stdin) and _stream_is_tty(stdout or sys.stdout)
+    try:
+        return all(stream is not None and stream.isatty() for stream in (stdin or sys.stdin, stdout or sys.stdout))
+    except (AttributeError, ValueError, OSError):  # closed or replaced streams
+        return False
 
 
 def ask_on_stderr(question: str) -> str:
@@ -140,9 +117,7 @@ class Approver:
 
     @property
     def how(self) -> str:
-        if self.approved:
-            return "approved"
-        return "interactive" if self.interactive else "none"
+        return "approved" if self.approved else "interactive" if self.interactive else "none"
 
 
 def approver_from(
@@ -155,9 +130,6 @@ def approver_from(
 ) -> Approver:
     """The approver for one run: ``approve`` (the flag) or ``config_approve`` (``repair.approve``,
     only a real ``True``); ``interactive`` None detects terminals."""
-    return Approver(
-        approved=bool(approve) or config_approve is True,
-        interactive=is_interactive() if interactive is None else bool(interactive),
-        input_fn=input_fn if input_fn is not None else ask_on_stderr,
-        out=out,
-    )
+    return Approver(approved=bool(approve) or config_approve is True,
+                    interactive=is_interactive() if interactive is None else bool(interactive),
+                    input_fn=input_fn if input_fn is not None else ask_on_stderr, out=out)

@@ -1,19 +1,11 @@
-"""A repair's patches (edge: the store, git; docs/repair.md): their files, what they do, and
-applying the proposed one.
+"""A repair's patches (edge: the store, git; docs/repair.md): their files in
+``error_runs/<id>/``, what they do, and applying the proposed one.
 
-The files of a repair in ``error_runs/<id>/``: the attempt's cumulative diff, prompt and
-provider log, the final patch, and the command that applies it. Patches are kept byte for
-byte, never redacted: they must apply.
-
-What a patch does is read from the whole patch as ``git apply`` reads it, before anyone
-approves it ("What the approval question names"). Refused before the question: a symlink
-whose target leaves the repository (every later open would reach it) and, unless
-``repair.allow_binary``, a binary change (nobody can review it).
-
-Applying an incident's proposed patch (``final.patch``) to the working tree is the one home
-of the step for ``selfheal apply`` and the MCP ``apply`` tool. Approval is the caller's job,
-between :func:`proposed_patch` and :func:`apply_proposed`: nothing here applies a patch on
-its own.
+Patches are kept byte for byte, never redacted: they must apply. What a patch does is read
+from the whole patch as ``git apply`` reads it, before anyone approves it; a symlink leaving
+the repository and (unless ``repair.allow_binary``) a binary change are refused before the
+question. Applying ``final.patch`` is one step for ``selfheal apply`` and the MCP ``apply``
+tool; approval is the caller's, between :func:`proposed_patch` and :func:`apply_proposed`.
 """
 
 from __future__ import annotations
@@ -41,27 +33,12 @@ from pytest_selfheal.store.root import Store
 FINAL_PATCH = "final.patch"
 
 
-def attempt_patch_name(iteration: int) -> str:
-    return f"attempt_{iteration:02d}.patch"
-
-
-def prompt_name(iteration: int) -> str:
-    return f"prompt_{iteration:02d}.md"
-
-
-def log_name(iteration: int) -> str:
-    return f"repair_{iteration:02d}.log"
-
-
 def write_patch(store: Store, incident_id: str, name: str, data: bytes) -> Path:
     """Write a patch into ``error_runs/<id>/`` atomically, byte for byte (a Latin-1 source file too)."""
     try:
-        text = data.decode("utf-8")
+        return store.write_run_file(incident_id, name, data.decode("utf-8"), raw=True)
     except UnicodeDecodeError:
-        text = None
-    if text is not None:
-        return store.write_run_file(incident_id, name, text, raw=True)
-    store.write_run_file(incident_id, name, "", raw=True)  # validates the name and the incident
+        store.write_run_file(incident_id, name, "", raw=True)  # validates the name and the incident
     with store.lock():
         path = store.confined(store.runs_dir(incident_id) / name)
         fsio.atomic_write_bytes(path, data)
@@ -80,12 +57,9 @@ def read_run_bytes(store: Store, incident_id: str, name: str) -> Optional[bytes]
 
 def apply_command(store: Store, incident_id: str, cwd: Optional[Path] = None) -> str:
     """``selfheal apply ID``, with ``--dir`` when the reports root is not ``./.selfheal`` of ``cwd``."""
-    here = (cwd or Path.cwd()).resolve()
     root = store.root.resolve()
-    command = f"selfheal apply {incident_id}"
-    if root != here / ".selfheal":
-        command += f" --dir {shlex.quote(str(root))}"
-    return command
+    dir_option = "" if root == (cwd or Path.cwd()).resolve() / ".selfheal" else f" --dir {shlex.quote(str(root))}"
+    return f"selfheal apply {incident_id}{dir_option}"
 
 
 SYMLINK_MODE = "120000"

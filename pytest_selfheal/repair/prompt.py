@@ -41,13 +41,8 @@ def _code(text: str) -> str:
 
 def _capture_outcomes(incident: Incident) -> dict[str, str]:
     """Outcome per node id of the capture (its failures all failed)."""
-    outcomes: dict[str, str] = {}
-    for failure in incident.failures:
-        key = failure.nodeid or failure.test
-        if key:
-            outcome = failure.outcome or "failed"
-            outcomes[key] = outcome if outcome in FAILING_OUTCOMES else "failed"
-    return outcomes
+    return {f.nodeid or f.test: f.outcome if f.outcome in FAILING_OUTCOMES else "failed"
+            for f in incident.failures if f.nodeid or f.test}
 
 
 def _fingerprints_of(record: Union[Incident, Attempt]) -> tuple[str, ...]:
@@ -210,49 +205,34 @@ def _delta_section(incident: Incident, attempts: Sequence[Attempt]) -> list[str]
 def _constraints_section(
     allowed_paths: Sequence[str], iteration: int, max_iterations: int, remaining_budget: Optional[int]
 ) -> list[str]:
-    lines = ["## Constraints", ""]
-    if allowed_paths:
-        lines.append("- Only edit these files (globs allowed): " + ", ".join(_code(p) for p in allowed_paths) + ".")
-    else:
-        lines.append("- The plan names no target paths: keep the change as small as possible.")
-    lines.extend(
-        [
-            "- A change to any other file needs a human's approval; without it the loop stops with "
-            "`scope_expansion_denied` and the change is discarded.",
-            "- Do not delete, skip or weaken the failing tests: fix the code under test. Test files, "
-            "conftest.py and fixtures are not in scope unless listed above; a change to them needs a "
-            "human's approval.",
-            "- Work only inside the current directory (an isolated git worktree); do not push, and do not "
-            "touch anything outside it. Committing is not needed: the loop computes the diff itself.",
-            "- Make a change: a repair that changes nothing is recorded as `no_fix_found`, and two in a row "
-            "stop the loop.",
-            "- The loop stops when the same failure fingerprint comes back repeatedly, so do not repeat a "
-            "change that did not work.",
-        ]
-    )
     left = f"; {remaining_budget} more after this one" if remaining_budget is not None else ""
-    lines.append(f"- This is iteration {iteration} of at most {max_iterations}{left}.")
-    return lines
+    return [
+        "## Constraints", "",
+        "- Only edit these files (globs allowed): " + ", ".join(_code(p) for p in allowed_paths) + "."
+        if allowed_paths else "- The plan names no target paths: keep the change as small as possible.",
+        "- A change to any other file needs a human's approval; without it the loop stops with "
+        "`scope_expansion_denied` and the change is discarded.",
+        "- Do not delete, skip or weaken the failing tests: fix the code under test. Test files, "
+        "conftest.py and fixtures are not in scope unless listed above; a change to them needs a "
+        "human's approval.",
+        "- Work only inside the current directory (an isolated git worktree); do not push, and do not "
+        "touch anything outside it. Committing is not needed: the loop computes the diff itself.",
+        "- Make a change: a repair that changes nothing is recorded as `no_fix_found`, and two in a row "
+        "stop the loop.",
+        "- The loop stops when the same failure fingerprint comes back repeatedly, so do not repeat a "
+        "change that did not work.",
+        f"- This is iteration {iteration} of at most {max_iterations}{left}.",
+    ]
 
 
-def build_prompt(
-    *,
-    incident: Incident,
-    plan: Plan,
-    attempts: Sequence[Attempt],
-    iteration: int,
-    max_iterations: int,
-    log_tail: str,
-    allowed_paths: Sequence[str],
-    remaining_budget: Optional[int],
-    log_tail_source: Optional[str] = None,
-) -> str:
+def build_prompt(*, incident: Incident, plan: Plan, attempts: Sequence[Attempt], iteration: int, max_iterations: int,
+                 log_tail: str, allowed_paths: Sequence[str], remaining_budget: Optional[int],
+                 log_tail_source: Optional[str] = None) -> str:
     """The repair prompt (markdown) for ``iteration``: ``attempts`` oldest first, ``log_tail``
     already redacted, ``allowed_paths`` the scope (target paths then globs)."""
-    incident_id = incident.incident_id or "(unknown incident)"
     header = [
-        f"# Repair request: incident {incident_id}, iteration {iteration} of {max_iterations}",
-        "",
+        f"# Repair request: incident {incident.incident_id or '(unknown incident)'}, iteration {iteration} of "
+        f"{max_iterations}", "",
         "You are the repair provider of pytest-selfheal's RALF-Lite loop. Change the code in the "
         "current directory so that the failing tests below pass. After you exit, the loop "
         "computes your diff, checks its scope and re-runs only the failing tests.",

@@ -2,22 +2,18 @@
 docs/repair.md).
 
 :func:`repair_loop` wraps the loop with a worktree of the user's state (replaying the last
-accepted patch on resume), the provider, and the close-out: the final patch and the
-approval to apply it. The worktree is removed whatever happens, Ctrl-C included.
+accepted patch on resume), the provider, and the close-out: the final patch and the approval
+to apply it. The worktree is removed whatever happens, Ctrl-C included.
 
-A provider changes code in the isolated worktree before each verification: first the
-``pytest_selfheal_repair`` hooks (the first answer wins, ``None`` declines), else
-``repair.command``, an argv list (never a shell string) run in the worktree with its own
-process group and a timeout, its output kept redacted in ``repair_XX.log``.
-
-The result is decided from the worktree, not from what the provider claims: its diff
-against the state before the call (empty: ``no_fix_found``). A provider that timed out,
-crashed or gave up is rolled back, and so is a diff out of scope that nobody approved:
-the next verification always sees exactly the accepted state.
+The provider is the ``pytest_selfheal_repair`` hooks (the first answer wins), else
+``repair.command`` (an argv list, its own process group, a timeout, a redacted log). Its result
+is read from the worktree's diff, never from what it claims; a provider that failed, or a diff
+out of scope nobody approved, is rolled back: each verification sees the accepted state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -62,9 +58,6 @@ from pytest_selfheal.repair.approval import Approver, allowed_paths, approver_fr
 from pytest_selfheal.repair.patches import (
     FINAL_PATCH,
     apply_command,
-    attempt_patch_name,
-    log_name,
-    prompt_name,
     read_run_bytes,
     refusal,
     summarise,
@@ -97,14 +90,16 @@ TAIL_CHARS = 2000  # of a crashed provider's output quoted in its message
 Say = Callable[[str], None]
 
 
+def _prompt_name(iteration: int) -> str:
+    return f"prompt_{iteration:02d}.md"
+
+
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Replace the :data:`PLACEHOLDERS` inside each argument; other brace text stays (``{"a": 1}``)."""
-    argv = []
-    for text in template:
-        for name in PLACEHOLDERS:
-            if name in values:
-                text = text.replace("{" + name + "}", values[name])
-        argv.append(text)
+    argv = list(template)
+    for name in PLACEHOLDERS:
+        if name in values:
+            argv = [text.replace("{" + name + "}", values[name]) for text in argv]
     return argv
 
 
@@ -129,15 +124,10 @@ class _Call:
     log: Optional[str] = None
 
 
-def _records(store: Store, incident_id: str) -> dict[str, Path]:
-    return {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
-
-
 @contextmanager
 def _chdir(path: Path) -> Iterator[None]:
-    # An in-process hook that writes relative paths must land in the worktree.
     old = os.getcwd()
-    os.chdir(path)
+    os.chdir(path)  # an in-process hook that writes relative paths must land in the worktree
     try:
         yield
     finally:
@@ -148,18 +138,9 @@ class RepairSession:
     """The loop's provider for one run: asks hooks then the command, inspects the worktree's
     diff, checks the scope, records patches and events."""
 
-    def __init__(
-        self,
-        store: Store,
-        incident_id: str,
-        *,
-        effective: EffectiveConfig,
-        worktree: Worktree,
-        approver: Approver,
-        pluginmanager: Optional[pluggy.PluginManager] = None,
-        say: Optional[Say] = None,
-        env: Optional[Mapping[str, str]] = None,
-    ) -> None:
+    def __init__(self, store: Store, incident_id: str, *, effective: EffectiveConfig, worktree: Worktree,
+                 approver: Approver, pluginmanager: Optional[pluggy.PluginManager] = None, say: Optional[Say] = None,
+                 env: Optional[Mapping[str, str]] = None) -> None:
         self.store = store
         self.incident_id = incident_id
         self.effective = effective
@@ -168,80 +149,53 @@ class RepairSession:
         self.pm = pluginmanager
         self.say: Say = say or (lambda line: None)
         self.env = env
-        settings = effective.settings
         self.redactor: Redactor = effective.redactor
-        self.command: Optional[list[str]] = list(settings.repair.command) if settings.repair.command else None
-        self.timeout = float(settings.repair.timeout_seconds)
-        self.globs: list[str] = list(settings.repair.allowed_paths)
-        self.allow_test_edits = settings.repair.allow_test_edits
+        self.command: Optional[list[str]] = list(effective.settings.repair.command or ()) or None
+        self.timeout = float(effective.settings.repair.timeout_seconds)
+        self.allow_test_edits = effective.settings.repair.allow_test_edits
         # Import locations of the user's tree the verification could not point at the worktree.
         self.not_redirected: list[str] = []
-        self.policy = LoopPolicy.from_settings(settings)
+        self.policy = LoopPolicy.from_settings(effective.settings)
         self.results: list[RepairBlock] = []
 
-    def __call__(
-        self,
-        *,
-        incident_id: str,
-        iteration: int,
-        store: Optional[Store] = None,
-        plan: Plan,
-        last_attempt: Optional[Attempt] = None,
-        observations: Sequence[Any] = (),
-        **_: Any,
-    ) -> RepairBlock:
+    def __call__(self, *, incident_id: str, iteration: int, store: Optional[Store] = None, plan: Plan,
+                 last_attempt: Optional[Attempt] = None, observations: Sequence[Any] = (), **_: Any) -> RepairBlock:
         """One repair before verification ``iteration`` (the attempt number): the attempt's repair block."""
         store = store or self.store
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         loop_iteration = max(1, len(observations))  # this iteration's number within the run
         remaining = max(0, self.policy.max_iterations - loop_iteration)
-        targets, globs = allowed_paths(plan, self.globs, allow_test_edits=self.allow_test_edits)
-        prompt = self.redactor.redact(
-            build_prompt(
-                incident=incident,
-                plan=plan,
-                attempts=attempts,
-                iteration=loop_iteration,
-                max_iterations=self.policy.max_iterations,
-                log_tail=self.redactor.redact(self._log_tail()),
-                # What the agent may edit: test files only when repair.allow_test_edits says so.
-                allowed_paths=[t for t in targets if self.allow_test_edits or not is_test_file(t)] + globs,
-                remaining_budget=remaining,
-                # The loop keeps no output of its verification runs: the tail is the capture's.
-                log_tail_source="the captured run" if not attempts else
-                "the captured run (the latest failures are listed above)",
-            )
-        )
-        prompt_file = store.write_run_file(incident_id, prompt_name(iteration), prompt)
-        signature = next(
-            (a.error_signature for a in reversed(attempts) if a.error_signature),
-            incident.error_signature,
-        )
-        store.append_event(
-            incident_id,
-            ev.REPAIR_ATTEMPT_STARTED,
-            iteration=iteration,
-            attempt=iteration,
-            provider=self.describe(),
-            remaining=remaining,
-            failureSignature=signature,
-            prompt=prompt_name(iteration),
-        )
+        targets, globs = allowed_paths(plan, self.effective.settings.repair.allowed_paths,
+                                       allow_test_edits=self.allow_test_edits)
+        prompt = self.redactor.redact(build_prompt(
+            incident=incident, plan=plan, attempts=attempts, iteration=loop_iteration,
+            max_iterations=self.policy.max_iterations, log_tail=self.redactor.redact(self._log_tail()),
+            # What the agent may edit: test files only when repair.allow_test_edits says so.
+            allowed_paths=[t for t in targets if self.allow_test_edits or not is_test_file(t)] + globs,
+            remaining_budget=remaining,
+            # The loop keeps no output of its verification runs: the tail is the capture's.
+            log_tail_source="the captured run" if not attempts else
+            "the captured run (the latest failures are listed above)",
+        ))
+        prompt_file = store.write_run_file(incident_id, _prompt_name(iteration), prompt)
+        signature = next((a.error_signature for a in reversed(attempts) if a.error_signature),
+                         incident.error_signature)
+        store.append_event(incident_id, ev.REPAIR_ATTEMPT_STARTED, iteration=iteration, attempt=iteration,
+                           provider=self.describe(), remaining=remaining, failureSignature=signature,
+                           prompt=_prompt_name(iteration))
         # Numbered as the iteration it prepares (the attempt number keeps counting after a reopen).
         line = f"{iteration_prefix(incident_id, loop_iteration, self.policy.max_iterations)}: repair"
         self.say(f"{line}: asking {self.describe()}")
-        guard = user_state(self.wt.repo_top, [store.root], _records(store, incident_id), self.wt.carried)
-        before = self.wt.snapshot()
-        call = self._call_provider(
-            iteration=iteration,
-            prompt=prompt,
-            prompt_file=prompt_file,
-            plan=plan,
-            failures=[f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)],
-        )
-        escaped = changes(guard, user_state(self.wt.repo_top, [store.root], _records(store, incident_id),
-                                            self.wt.carried))
+
+        def user_side() -> dict[str, str]:
+            records = {path.relative_to(store.root).as_posix(): path for path in store.record_paths(incident_id)}
+            return user_state(self.wt.repo_top, [store.root], records, self.wt.carried)
+
+        guard, before = user_side(), self.wt.snapshot()
+        call = self._call_provider(iteration, prompt, prompt_file, plan,
+                                   [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)])
+        escaped = changes(guard, user_side())
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
@@ -253,29 +207,16 @@ class RepairSession:
             self.say(f"{line}: {call.message}; stopping "
                      f"({StopReason.PROVIDER_ESCAPED}), nothing of this repair is applied")
         self.results.append(result)
-        store.append_event(
-            incident_id,
-            ev.REPAIR_ATTEMPT_COMPLETED,
-            iteration=iteration,
-            attempt=iteration,
-            provider=result.provider,
-            result=result.result,
-            files_changed=list(result.files_changed),
-            patch=result.patch,
-            scope_denied=result.scope_denied,
-            failureSignature=signature,
-        )
+        store.append_event(incident_id, ev.REPAIR_ATTEMPT_COMPLETED, iteration=iteration, attempt=iteration,
+                           provider=result.provider, result=result.result, files_changed=list(result.files_changed),
+                           patch=result.patch, scope_denied=result.scope_denied, failureSignature=signature)
         self.say(f"{line}: {repair_line(result)}")
         return result
 
     def describe(self) -> str:
         """``hook:<name>`` (the first registered hook), ``command:<argv0>``, or ``none``."""
         names = hooks.repair_hook_names(self.pm)
-        if names:
-            return f"hook:{names[0]}"
-        if self.command:
-            return f"command:{os.path.basename(self.command[0])}"
-        return "none"
+        return f"hook:{names[0]}" if names else f"command:{os.path.basename(self.command[0])}" if self.command else "none"
 
     def _log_tail(self) -> str:
         try:
@@ -283,19 +224,12 @@ class RepairSession:
         except SelfhealError:
             return ""
 
-    def _call_provider(
-        self, *, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: list[Any]
-    ) -> _Call:
+    def _call_provider(self, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: list[Any]) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
             request: RepairRequest = {
-                "incident_id": self.incident_id,
-                "iteration": iteration,
-                "worktree": str(self.wt.project_root),
-                "prompt": prompt,
-                "prompt_file": str(prompt_file),
-                "plan": plan.to_json(),  # the hook API takes JSON
-                "failures": failures,
+                "incident_id": self.incident_id, "iteration": iteration, "worktree": str(self.wt.project_root),
+                "prompt": prompt, "prompt_file": str(prompt_file), "plan": plan.to_json(), "failures": failures,
             }
             start = time.monotonic()
             try:
@@ -318,42 +252,30 @@ class RepairSession:
                 return _Call(name, "crashed", None, duration, invalid)
         if self.command:
             return self._run_configured_command(iteration, prompt_file)
-        declined = [f"hook:{name}" for name in names]
-        who = ", ".join(declined) or "no provider"
-        return _Call(declined[0] if declined else "none", "declined", None, 0.0, f"every repair hook declined ({who})")
+        declined = [f"hook:{name}" for name in names] or ["none"]
+        who = ", ".join(declined) if names else "no provider"
+        return _Call(declined[0], "declined", None, 0.0, f"every repair hook declined ({who})")
 
     def _run_configured_command(self, iteration: int, prompt_file: Path) -> _Call:
         assert self.command is not None
-        values = {
-            "prompt_file": str(prompt_file),
-            "incident_id": self.incident_id,
-            "worktree": str(self.wt.project_root),
-            "iteration": str(iteration),
-        }
+        values = {"prompt_file": str(prompt_file), "incident_id": self.incident_id,
+                  "worktree": str(self.wt.project_root), "iteration": str(iteration)}
         argv = substitute(self.command, values)
         name = f"command:{os.path.basename(self.command[0])}"
-        env = command_env(
-            self.env,
-            SELFHEAL_INCIDENT_ID=self.incident_id,
-            SELFHEAL_ITERATION=str(iteration),
-            SELFHEAL_WORKTREE=values["worktree"],
-            SELFHEAL_PROMPT_FILE=values["prompt_file"],
-        )
+        env = command_env(self.env, **{f"SELFHEAL_{key.upper()}": value for key, value in values.items()})
         raw = self.wt.scratch / f"repair_{iteration:02d}.raw"
         # argv list, no shell, its own process group killed on timeout with what it left behind,
         # stdin from /dev/null: a provider waiting for input hangs until the timeout.
         run = process.run(argv, cwd=self.wt.project_root, timeout_seconds=self.timeout, output_path=raw, env=env)
         text, cut = tail_bytes(raw, LOG_MAX_BYTES)
-        header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n"
-        if cut:
-            header += f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n"
+        header = f"$ {' '.join(shlex.quote(a) for a in argv)}\n" + (
+            f"[... output cut: only the last {LOG_MAX_BYTES} bytes are kept ...]\n" if cut else "")
         trailer = (
             f"\n[timed out after {self.timeout:g} s: process group killed]\n" if run.timed_out
             else f"\n[exit code {run.exit_code}]\n" if run.started else f"\n[cannot start: {run.error}]\n"
         )
-        redacted = self.redactor.redact(header + text + trailer)
-        log = log_name(iteration)
-        self.store.write_run_file(self.incident_id, log, redacted)
+        log = f"repair_{iteration:02d}.log"
+        self.store.write_run_file(self.incident_id, log, self.redactor.redact(header + text + trailer))
         raw.unlink(missing_ok=True)
         if run.timed_out:
             return _Call(name, "timeout", None, run.duration_seconds,
@@ -370,25 +292,12 @@ class RepairSession:
         """The test files ``tree`` changes against the user's state: what its verification passes with."""
         return [f for f in self.wt.project_relative(self.wt.changed_files(self.wt.base, tree)) if is_test_file(f)]
 
-    def _inspect(
-        self,
-        iteration: int,
-        call: _Call,
-        before: str,
-        plan: Plan,
-        targets: Sequence[str],
-        globs: Sequence[str],
-    ) -> RepairBlock:
+    def _inspect(self, iteration: int, call: _Call, before: str, plan: Plan, targets: Sequence[str],
+                 globs: Sequence[str]) -> RepairBlock:
         base = RepairBlock(
-            provider=call.provider,
-            result=REPAIR_NO_FIX_FOUND,
-            exit_code=call.exit_code,
-            duration_seconds=round(max(0.0, call.duration), 3),
-            message=call.message,
-            prompt=prompt_name(iteration),
-            log=call.log,
-            worktree=str(self.wt.project_root),
-            scope_denied=False,
+            provider=call.provider, result=REPAIR_NO_FIX_FOUND, exit_code=call.exit_code,
+            duration_seconds=round(max(0.0, call.duration), 3), message=call.message, prompt=_prompt_name(iteration),
+            log=call.log, worktree=str(self.wt.project_root), scope_denied=False,
             keys=_BLOCK_KEYS if not self.not_redirected else _REDIRECTED_BLOCK_KEYS,
             extra=(("code_path_not_redirected", tuple(self.not_redirected)),) if self.not_redirected else (),
         )
@@ -408,33 +317,28 @@ class RepairSession:
             # Approval applies a fix; it never authorises weakening a test. Only
             # repair.allow_test_edits does, so nobody is asked: the whole repair is undone.
             self.wt.restore(before)
-            self.store.append_event(
-                self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=tests,
-                reason="the repair edited test files; ralf_lite.repair.allow_test_edits is false, and approval "
-                       "never covers test edits",
-            )
+            self.store.append_event(self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=tests,
+                                    reason="the repair edited test files; ralf_lite.repair.allow_test_edits is false, "
+                                           "and approval never covers test edits")
             return replace(base, result=REPAIR_DIFF, scope_denied=True, out_of_scope=tuple(tests),
                            files_changed=tuple(changed), tests_edited=tuple(self._tests_edited(before)),
                            message=f"edited test files ({', '.join(tests)}): test edits need "
                                    "ralf_lite.repair.allow_test_edits (approval never covers them); rolled back")
-        patch_name = attempt_patch_name(iteration)
+        patch_name = f"attempt_{iteration:02d}.patch"
         cumulative = self.wt.diff(self.wt.base, after)
         write_patch(self.store, self.incident_id, patch_name, cumulative)
         result = replace(base, result=REPAIR_DIFF, files_changed=tuple(changed),
                          tests_edited=tuple(self._tests_edited(after)), patch=patch_name,
                          actions_applied=tuple(_actions_touched(plan, changed)))
-        self.store.append_event(
-            self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration, kind="repair",
-            diffId=patch_name, patch=patch_name, files_changed=changed,
-        )
+        self.store.append_event(self.incident_id, ev.DIFF_PROPOSED, iteration=iteration, attempt=iteration,
+                                kind="repair", diffId=patch_name, patch=patch_name, files_changed=changed)
         outside = out_of_scope(changed, targets, globs, allow_test_edits=self.allow_test_edits)
         if outside:
             result = replace(result, out_of_scope=tuple(outside))
             self.store.append_event(
                 self.incident_id, ev.SCOPE_EXPANSION_REQUESTED, iteration=iteration, files=outside,
                 reason="the repair changed files outside the plan's target paths and ralf_lite.repair.allowed_paths"
-                       + ("" if self.allow_test_edits else ", or test files (ralf_lite.repair.allow_test_edits is false)"),
-            )
+                       + ("" if self.allow_test_edits else ", or test files (ralf_lite.repair.allow_test_edits is false)"))
             question = f"The repair of {self.incident_id} also changed {', '.join(outside)} (outside the plan's scope). Allow it?"
             details = self.redactor.redact(self.wt.diff(before, after).decode("utf-8", errors="replace"))
             if not self.approver.confirm(question, details=details):
@@ -464,29 +368,13 @@ def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
     return touched or [action.id for action in plan.actions]
 
 
-
-
 WORKTREE_RECORD = "worktree.json"
-
 
 
 def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Optional[str]:
     """The patch of the latest accepted diff of the current run (resume after a kill)."""
-    _, run = split_runs(attempts, reopened)
-    for attempt in reversed(run):
-        repair = attempt.repair
-        if repair is not None and repair.result == REPAIR_DIFF and not repair.scope_denied and repair.patch is not None:
-            return repair.patch
-    return None
-
-
-def _remove_stale(store: Store, incident_id: str) -> None:
-    path = store.runs_dir(incident_id) / WORKTREE_RECORD
-    try:
-        record = WorktreeRecord.from_json(fsio.read_json(path), str(path))
-    except SelfhealError:
-        return  # none, or unreadable: nothing known to remove
-    remove_recorded(record)
+    return next((a.repair.patch for a in reversed(split_runs(attempts, reopened)[1]) if a.repair is not None
+                 and a.repair.result == REPAIR_DIFF and not a.repair.scope_denied and a.repair.patch is not None), None)
 
 
 def repair_loop(
@@ -513,13 +401,14 @@ def repair_loop(
     incident_id = validate_incident_id(incident_id)
     say: Say = out or (lambda line: None)
     pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()
-    approver = approver_from(
-        approve=approve, config_approve=effective.settings.repair.approve, interactive=interactive, input_fn=input_fn
-    )
+    approver = approver_from(approve=approve, config_approve=effective.settings.repair.approve,
+                             interactive=interactive, input_fn=input_fn)
     rules = list(hook_rules) if hook_rules is not None else parse_hook_rules(hooks.classification_rules(pm))
     with isolated_git_env():
         store.locate(incident_id)  # an unknown id fails before a worktree is made
-        _remove_stale(store, incident_id)
+        record = store.runs_dir(incident_id) / WORKTREE_RECORD
+        with contextlib.suppress(SelfhealError):  # none, or unreadable: nothing known to remove
+            remove_recorded(WorktreeRecord.from_json(fsio.read_json(record), str(record)))
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
             store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
@@ -537,10 +426,8 @@ def repair_loop(
                     else:
                         say(f"selfheal: warning: cannot replay {accepted} into the new worktree ({verdict.error}); "
                             "the repair starts again from your working tree")
-            session = RepairSession(
-                store, incident_id, effective=effective, worktree=wt, approver=approver, pluginmanager=pm, say=say,
-                env=env,
-            )
+            session = RepairSession(store, incident_id, effective=effective, worktree=wt, approver=approver,
+                                    pluginmanager=pm, say=say, env=env)
             # The verification imports the worktree's code, also through editable installs.
             redirect = redirect_to_worktree(os.environ if env is None else env, Path(project_root), wt.project_root)
             if redirect.missing:
@@ -558,27 +445,16 @@ def repair_loop(
             wt.remove()
             for warning in wt.warnings:
                 say(f"selfheal: warning: {warning}")
-            try:
-                (store.runs_dir(incident_id) / WORKTREE_RECORD).unlink()
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                record.unlink()
 
 
 # The run result's repair block, every key written in this order.
 _RUN_REPAIR_KEYS = ("final_patch", "applied", "apply_command", "files_changed", "message", "provider_calls")
 
 
-def _close_out(
-    store: Store,
-    incident_id: str,
-    result: LoopResult,
-    *,
-    wt: Worktree,
-    session: RepairSession,
-    approver: Approver,
-    say: Say,
-    state: Optional[LoopRun] = None,
-) -> LoopResult:
+def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktree, session: RepairSession,
+               approver: Approver, say: Say, state: Optional[LoopRun] = None) -> LoopResult:
     """final.patch, approval, apply; the run result's ``repair`` block."""
     final_tree = wt.snapshot()
     patch = wt.diff(wt.base, final_tree)
@@ -591,10 +467,8 @@ def _close_out(
     if patch.strip():
         path = write_patch(store, incident_id, FINAL_PATCH, patch)
         final_patch = FINAL_PATCH
-        store.append_event(
-            incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final", diffId=FINAL_PATCH,
-            patch=FINAL_PATCH, files_changed=files, final=True,
-        )
+        store.append_event(incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final",
+                           diffId=FINAL_PATCH, patch=FINAL_PATCH, files_changed=files, final=True)
         text = patch.decode("utf-8", errors="replace")
         if session.redactor.redact(text) != text:
             say(f"selfheal: warning: {path} contains text that looks like a secret; patches are kept unredacted "
@@ -611,9 +485,7 @@ def _close_out(
                 f"review the test diff first (selfheal show {incident_id}); only if the tests were wrong, allow "
                 f"the test edits deliberately: {suggested} --allow-test-edits")
         elif not resolved:
-            message = (
-                f"a partial patch is proposed ({FINAL_PATCH}); the incident is not resolved, so it is not applied"
-            )
+            message = f"a partial patch is proposed ({FINAL_PATCH}); the incident is not resolved, so it is not applied"
             say(f"selfheal: the loop did not resolve {incident_id}; the partial patch is in {path} "
                 f"(apply it anyway with: {suggested})")
         else:
@@ -647,18 +519,15 @@ def _close_out(
                 say(f"selfheal: to apply it run: {command}")
     else:
         # A previous run's partial patch (before a replan) must not be applied by mistake.
+        stale = store.runs_dir(incident_id) / FINAL_PATCH
         with store.lock():
             try:
-                (store.runs_dir(incident_id) / FINAL_PATCH).unlink()
-            except FileNotFoundError:
-                pass
+                stale.unlink(missing_ok=True)
             except OSError as exc:
-                raise fsio.io_error("remove", store.runs_dir(incident_id) / FINAL_PATCH, exc) from None
+                raise fsio.io_error("remove", stale, exc) from None
         message = "no change was proposed" if not resolved else "resolved without a code change"
-    repair = RunRepair(
-        final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files), message=message,
-        provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS,
-    )
+    repair = RunRepair(final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files),
+                       message=message, provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS)
     existing = state.run_result if state is not None else store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
         written = dataclasses.replace(existing, repair=repair)

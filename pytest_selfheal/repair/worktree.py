@@ -1,31 +1,19 @@
 """Isolated git worktrees for repair providers (edge: git, files; docs/repair.md "Isolation",
 "A provider is not a sandbox").
 
-A provider never edits the user's working tree. :func:`create` snapshots the user's state
-as a git tree (through a copy of their index: their index and files are never touched),
-adds a detached worktree at their ``HEAD`` in a temporary directory outside the repository,
-checks the snapshot out there and resets its index to ``HEAD``: ``git diff HEAD`` in the
-worktree shows the user's uncommitted changes, as in their own tree. Every later state is
-snapshotted as a tree too, so a repair's diff is ``diff-tree <before> <after>``, whatever
-the provider did to ``HEAD`` (agents that commit are reset back after each call).
+The user's state (uncommitted changes included) is snapshotted as a git tree through a copy
+of their index, so their index and files are never touched, and checked out in a detached
+worktree at their ``HEAD``. Every later state is a tree too: a repair's diff is ``diff-tree
+<before> <after>`` whatever the provider did to ``HEAD``. Git runs with an empty hooks path.
 
-Git runs with hooks disabled (an empty ``core.hooksPath``) and, where output must not
-depend on the user's porcelain config (``diff.noprefix``, textconv), as plumbing.
-Bytecode caches and ``.pytest_cache`` are in no snapshot: verification runs make them.
+Ignored files a project imports or reads (a generated ``_version.py``, test data) are carried
+in, bounded, smallest first: never environments, caches, build trees or install metadata (a
+second ``*.dist-info`` registers entry points twice), and a link only as a copy of what it
+points to inside the project (a live link lets the provider write through it).
 
-A worktree holds only what git tracks, but a project may import or read files git ignores
-(a generated ``_version.py``, ``.mo`` catalogues, test data): without them the worktree
-stops on ``tooling_env`` or skips tests. So they are carried in, bounded (smallest first),
-never environments, caches, build trees or install metadata (a second ``*.dist-info`` would
-register entry points twice). They stay ignored there, so no patch holds them; and a link
-is carried as a copy of what it points to inside the project, never as a live link (the
-provider could write through it, to ``~/.ssh`` say).
-
-A provider runs with the user's permissions, and its worktree shares the user's repository:
-nothing here prevents an escape, it is detected. Before and after each call the user's side
-is fingerprinted (working tree, index, ``HEAD``, ``.git`` hooks and config, the incident's
-records, the sources of the carried ignored files); any difference is named and stops the
-loop with ``provider_escaped``, and nothing of that repair is kept.
+A provider runs with the user's permissions: an escape is detected, not prevented. The
+user's side is fingerprinted before and after each call; any difference stops the loop with
+``provider_escaped``.
 """
 
 from __future__ import annotations
@@ -71,8 +59,7 @@ class Carried:
 
 
 def _skipped_dir(path: Path) -> bool:
-    name = path.name
-    return name in SKIPPED_DIRS or name.endswith(SKIPPED_SUFFIXES) or (path / "pyvenv.cfg").is_file()
+    return path.name in SKIPPED_DIRS or path.name.endswith(SKIPPED_SUFFIXES) or (path / "pyvenv.cfg").is_file()
 
 
 def _inside(rel: str, prefixes: Sequence[str]) -> bool:
@@ -80,7 +67,6 @@ def _inside(rel: str, prefixes: Sequence[str]) -> bool:
 
 
 def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
-    """Files under the ignored directory ``rel`` (repository-relative), skipped trees pruned."""
     for root, dirs, files in os.walk(top / rel):
         here = Path(root)
         dirs[:] = sorted(d for d in dirs if not _skipped_dir(here / d)
@@ -92,22 +78,18 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
     """What the ignored entry ``rel`` of ``top`` holds, with every link on the way resolved,
     when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
-    base = os.path.realpath(top)
-    real = os.path.realpath(top / rel)
+    base, real = os.path.realpath(top), os.path.realpath(top / rel)
     if not within(real, base) or real == base:
         return None
-    inner = Path(real).relative_to(base).as_posix()
-    return None if _inside(inner, [*exclude, ".git"]) else Path(real)
+    return None if _inside(Path(real).relative_to(base).as_posix(), [*exclude, ".git"]) else Path(real)
 
 
-def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
-    """The ignored files of the working tree at ``top`` worth carrying (repository-relative,
-    skipped trees and ``exclude`` prefixes left out); at most ``_MAX_SEEN`` are looked at."""
+def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
+    """The ignored files of ``top`` worth carrying (repository-relative), at most ``_MAX_SEEN``."""
     try:
         out = run_git(top, ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"])
     except GitFailed:
         return []
-    prefixes = [p.strip("/") for p in exclude if p.strip("/")]
     found: list[str] = []
     for entry in (os.fsdecode(e) for e in out.split(b"\0") if e):
         rel = entry.rstrip("/")
@@ -127,8 +109,8 @@ def ignored_files(top: Path, exclude: Sequence[str] = ()) -> list[str]:
 
 
 def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
-    """The size and path of the regular file ``rel`` is copied from (itself, or what its links
-    point to inside the project); None for a link leading out, a dangling link, a FIFO."""
+    """The size and path of the regular file ``rel`` is copied from; None for a link leading
+    out, a dangling link, a FIFO."""
     source = real_source(top, rel, prefixes)
     try:
         info = source.stat() if source is not None else None
@@ -142,32 +124,26 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``,
     smallest first within the bounds; git's checkout wins over a carried file."""
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
-    sized = [(found[0], rel, found[1]) for rel in ignored_files(top, exclude)
-             if (found := _sized_source(top, rel, prefixes)) is not None]
-    sized.sort()
+    sized = sorted((found[0], rel, found[1]) for rel in ignored_files(top, prefixes)
+                   if (found := _sized_source(top, rel, prefixes)) is not None)
     home = os.path.realpath(dest)
     copied: list[str] = []
-    used = 0
-    left_out = left_bytes = 0
+    used = left_out = left_bytes = 0
     for size, rel, source in sized:
-        if len(copied) >= max_files or used + size > max_bytes:
-            left_out += 1
-            left_bytes += size
-            continue
         target = dest / rel
-        if target.exists() or target.is_symlink():
-            continue
-        if not within(os.path.realpath(target.parent), home):
-            continue  # a link of the worktree's own checkout on the way: the copy would land outside
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)  # the file's bytes, never a link
-        except OSError:
-            left_out += 1
-            left_bytes += size
-            continue
-        copied.append(rel)
-        used += size
+        if len(copied) < max_files and used + size <= max_bytes:
+            if target.exists() or target.is_symlink() or not within(os.path.realpath(target.parent), home):
+                continue  # git's checkout wins; a link of the checkout on the way would take the copy outside
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)  # the file's bytes, never a link
+                copied.append(rel)
+                used += size
+                continue
+            except OSError:
+                pass
+        left_out += 1
+        left_bytes += size
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
 
 
@@ -181,8 +157,7 @@ def _relative_inside(path: Path, top: Path) -> Optional[str]:
 
 
 def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> list[str]:
-    """``:(exclude)`` pathspecs for the paths in ``exclude`` inside ``top`` (the reports root),
-    plus the junk caches."""
+    """``:(exclude)`` pathspecs for the paths of ``exclude`` inside ``top``, plus the junk caches."""
     inside = [rel for rel in (_relative_inside(path, top) for path in exclude) if rel]
     # An ignored path is left out anyway, and naming it makes `git add` fail.
     left_out = ignored(top, inside)
@@ -190,8 +165,7 @@ def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> list[str]:
 
 
 def _git_path(cwd: Path, name: str, hooks_dir: Optional[Path] = None) -> Path:
-    out = run_git(cwd, ["rev-parse", "--git-path", name], hooks_dir=hooks_dir).decode().strip()
-    path = Path(out)
+    path = Path(run_git(cwd, ["rev-parse", "--git-path", name], hooks_dir=hooks_dir).decode().strip())
     return path if path.is_absolute() else (cwd / path)
 
 
@@ -202,19 +176,15 @@ def _write_tree(cwd: Path, index: Path, excludes: Sequence[str], hooks_dir: Opti
     return run_git(cwd, ["write-tree"], env=env, hooks_dir=hooks_dir).decode().strip()
 
 
-def snapshot_tree(
-    top: Path, scratch: Path, excludes: Sequence[str], *, hooks_dir: Optional[Path] = None
-) -> str:
-    """The git tree of the working tree at ``top`` as it is now, written through a copy of the
-    index (for its stat cache) in the private directory ``scratch``."""
+def _snapshot_tree(top: Path, scratch: Path, excludes: Sequence[str], hooks_dir: Path) -> str:
+    """The tree of the working tree at ``top``, written through a copy of its index (for the stat cache)."""
     index = scratch / f"index.{os.getpid()}.{os.urandom(4).hex()}"
     try:
         with contextlib.suppress(OSError):  # no index yet, or unreadable: git builds one from scratch
             shutil.copyfile(_git_path(top, "index", hooks_dir), index)
         try:
             return _write_tree(top, index, excludes, hooks_dir)
-        except GitFailed:
-            # A copied index git cannot use (split index, odd extensions): start empty.
+        except GitFailed:  # a copied index git cannot use (split index, odd extensions): start empty
             index.unlink(missing_ok=True)
             return _write_tree(top, index, excludes, hooks_dir)
     finally:
@@ -239,23 +209,16 @@ class Worktree:
 
     @property
     def project_root(self) -> Path:
-        """The user's project root, inside the worktree."""
         return self.path / self.prefix
 
     def git(self, args: Sequence[str], env: Optional[Mapping[str, str]] = None) -> bytes:
         return run_git(self.path, args, env=env, hooks_dir=self.scratch / "hooks")
 
-    @property
-    def snapshot_index(self) -> Path:
-        return self.scratch / "index.snapshot"
-
     def snapshot(self) -> str:
-        """The tree of the worktree's current state.
-
-        It starts from an index of the ``base`` tree, not from ``HEAD``'s: an ignored file of
-        the user's state (staged with ``git add -f``) stays in every snapshot unless the
-        provider deletes it, so no patch deletes it. Carried ignored files are in no index."""
-        return _write_tree(self.path, self.snapshot_index, self.excludes, self.scratch / "hooks")
+        """The tree of the worktree's current state. It starts from an index of ``base``, not of
+        ``HEAD``: an ignored file of the user's state (``git add -f``) stays in every snapshot
+        unless the provider deletes it. Carried ignored files are in no index."""
+        return _write_tree(self.path, self.scratch / "index.snapshot", self.excludes, self.scratch / "hooks")
 
     def reset_head(self) -> None:
         """Undo commits a provider made (files stay): ``git diff HEAD`` keeps meaning "vs the user's HEAD"."""
@@ -264,18 +227,14 @@ class Worktree:
     def restore(self, tree: str) -> None:
         """Roll the worktree's files back to ``tree``; ignored and junk files are left alone."""
         current = self.snapshot()
-        if current == tree:
-            self.reset_head()
-            return
-        index = self.scratch / f"index.restore.{os.urandom(4).hex()}"
-        env = {"GIT_INDEX_FILE": str(index)}
-        try:
-            # An index describing `current`, then a forced switch to `tree`: files of
-            # `current` that `tree` lacks are removed, the others rewritten.
-            self.git(["read-tree", current], env=env)
-            self.git(["read-tree", "--reset", "-u", tree], env=env)
-        finally:
-            index.unlink(missing_ok=True)
+        if current != tree:
+            env = {"GIT_INDEX_FILE": str(self.scratch / f"index.restore.{os.urandom(4).hex()}")}
+            try:
+                # An index of `current`, then a forced switch to `tree`: what `tree` lacks is removed.
+                self.git(["read-tree", current], env=env)
+                self.git(["read-tree", "--reset", "-u", tree], env=env)
+            finally:
+                Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
         self.reset_head()
 
     def diff(self, old: str, new: str) -> bytes:
@@ -285,9 +244,7 @@ class Worktree:
         return self.git(["diff-tree", "-r", "-p", "--binary", "--full-index", "--no-color", old, new])
 
     def changed_files(self, old: str, new: str) -> list[str]:
-        if old == new:
-            return []
-        out = self.git(["diff-tree", "-r", "--name-only", "-z", old, new])
+        out = self.git(["diff-tree", "-r", "--name-only", "-z", old, new]) if old != new else b""
         return [os.fsdecode(name) for name in out.split(b"\0") if name]
 
     def project_relative(self, paths: Sequence[str]) -> list[str]:
@@ -296,10 +253,9 @@ class Worktree:
 
     def remove(self) -> None:
         """Remove the worktree and its scratch directory; never raises (``warnings`` say why)."""
-        if self.removed:
-            return
-        self.removed = True
-        remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
+        if not self.removed:
+            self.removed = True
+            remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
 
 
 def remove_worktree(repo: Path, path: Path, scratch: Path, warnings: Optional[list[str]] = None) -> None:
@@ -323,7 +279,6 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
     """A new worktree holding the current state of the repository containing ``project_root``,
     ``exclude`` (the reports root) left out. ``RefusedError`` outside git or when git fails."""
     top = repo_top(project_root)
-    prefix = _relative_inside(project_root, top) or ""
     scratch = Path(tempfile.mkdtemp(prefix="selfheal-")).resolve()
     hooks = scratch / "hooks"
     hooks.mkdir()
@@ -331,14 +286,13 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
     excludes = tuple(exclude_pathspecs(top, exclude))
     try:
         head = run_git(top, ["rev-parse", "--verify", "HEAD^{commit}"], hooks_dir=hooks).decode().strip()
-        base = snapshot_tree(top, scratch, excludes, hooks_dir=hooks)
+        base = _snapshot_tree(top, scratch, excludes, hooks)
         run_git(top, ["worktree", "add", "--detach", "--no-checkout", str(path), head], hooks_dir=hooks)
-        wt = Worktree(top, path, prefix, head, base, excludes, scratch)
-        # Check out the user's state, then point the index back at HEAD: the user's
-        # uncommitted changes show up as uncommitted changes here too.
+        wt = Worktree(top, path, _relative_inside(project_root, top) or "", head, base, excludes, scratch)
+        # Check out the user's state, keep that index (with the checkout's stat data) for the
+        # snapshots, then point the index back at HEAD: uncommitted changes show as such here too.
         wt.git(["read-tree", "--reset", "-u", base])
-        # The index of `base` (with the stat data of the checkout) is where snapshots start.
-        shutil.copyfile(_git_path(path, "index", hooks), wt.snapshot_index)
+        shutil.copyfile(_git_path(path, "index", hooks), scratch / "index.snapshot")
         wt.reset_head()
         carried = carry_ignored(top, path, [rel for rel in (_relative_inside(p, top) for p in exclude) if rel])
         wt.carried = carried.paths
@@ -358,8 +312,7 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
 
 @dataclass(frozen=True)
 class PatchCheck:
-    """Whether a patch applies to a working tree: ``ok``, ``already_applied``, or neither
-    (``error`` holds git's first error line)."""
+    """Whether a patch applies cleanly, is already applied, or neither (``error``: git's first line)."""
 
     ok: bool
     already_applied: bool
@@ -403,28 +356,22 @@ def apply_patch(top: Path, patch: bytes) -> None:
 
 
 def worktree_record(wt: Worktree) -> WorktreeRecord:
-    """What is written to ``error_runs/<id>/worktree.json`` so a killed run's worktree can be
-    removed by the next one."""
+    """What ``worktree.json`` holds so that the next run removes a killed run's worktree."""
     return WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
 
 
 def remove_recorded(record: WorktreeRecord) -> None:
     """Remove a killed run's leftover worktree; never raises. Only a ``selfheal-*`` directory of
     the system temp directory is deleted: a hand-edited record cannot point anywhere else."""
-    repo, path, scratch = record.repo, record.path, record.scratch
-    if not (repo and path and scratch):
+    if not (record.repo and record.path and record.scratch):
         return
-    scratch_path = Path(scratch)
-    tmp = Path(tempfile.gettempdir()).resolve()
+    scratch = Path(record.scratch)
     try:
-        inside = scratch_path.resolve().parent == tmp and scratch_path.name.startswith("selfheal-")
+        inside = scratch.resolve().parent == Path(tempfile.gettempdir()).resolve() and scratch.name.startswith("selfheal-")
+        if inside and Path(record.path).resolve().parent == scratch.resolve():
+            remove_worktree(Path(record.repo), Path(record.path), scratch)
     except OSError:
         return
-    if inside and Path(path).resolve().parent == scratch_path.resolve():
-        remove_worktree(Path(repo), Path(path), scratch_path)
-
-
-_QUIET = {"GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not rewrite the index it inspects
 
 
 def _digest_file(path: Path) -> str:
@@ -433,8 +380,7 @@ def _digest_file(path: Path) -> str:
         if path.is_symlink():
             digest.update(b"link:" + os.fsencode(os.readlink(path)))
             return digest.hexdigest()
-        mode = path.stat().st_mode
-        digest.update(b"x" if mode & 0o111 else b"-")
+        digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
@@ -445,7 +391,7 @@ def _digest_file(path: Path) -> str:
 
 def _git(top: Path, args: Sequence[str]) -> bytes:
     try:
-        return run_git(top, args, env=_QUIET)
+        return run_git(top, args, env={"GIT_OPTIONAL_LOCKS": "0"})  # `git status` must not rewrite the index
     except GitFailed as exc:
         return f"error: {exc.first_line}".encode()
 
@@ -470,15 +416,12 @@ def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Pa
     git_dir = top / _git(top, ["rev-parse", "--git-common-dir"]).decode("utf-8", "surrogateescape").strip()
     head = _git(top, ["rev-parse", "HEAD"]) + b"|" + _git(top, ["symbolic-ref", "-q", "HEAD"])
     entries["HEAD"] = hashlib.sha256(head).hexdigest()
+    hooks = git_dir / "hooks"
+    with contextlib.suppress(OSError):
+        for name in sorted(p.name for p in hooks.iterdir()):
+            entries[f".git/hooks/{name}"] = _digest_file(hooks / name)
     for name in ("config", "config.worktree"):
         entries[f".git/{name}"] = _digest_file(git_dir / name)
-    hooks = git_dir / "hooks"
-    try:
-        names = sorted(p.name for p in hooks.iterdir())
-    except OSError:
-        names = []
-    for name in names:
-        entries[f".git/hooks/{name}"] = _digest_file(hooks / name)
     return entries
 
 
