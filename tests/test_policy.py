@@ -603,9 +603,7 @@ def test_tests_fixed_and_flaky() -> None:
 def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     _name, policy, observations, kwargs, reason, _status, _it = case
     decision = decide(policy, observations, **kwargs)
-    point = decision_point(
-        decision, observations, policy, incident_id="incident_20260101_000000_r1", pending_scope_files=["x.py"]
-    ).to_json()
+    point = decision_point(decision, observations, policy, incident_id="incident_20260101_000000_r1").to_json()
     assert set(point) == {"reason", "message", "options", "context"}
     assert point["reason"] == reason and point["message"] == decision.message
     assert len(point["options"]) >= 3
@@ -614,7 +612,7 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     ctx = point["context"]
     assert ctx["iteration"] == decision.iteration
     assert ctx["remaining"] == max(0, policy.max_iterations - decision.iteration)
-    assert ctx["pendingScopeFiles"] == ["x.py"]
+    assert ctx["pendingScopeFiles"] == []
     assert set(ctx) >= {"iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles"}
     for option in point["options"]:
         if option["command"] and option["command"].startswith("selfheal"):

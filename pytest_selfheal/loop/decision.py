@@ -52,15 +52,8 @@ def only_known_flaky(observation: Observation, flaky: Collection[str]) -> bool:
     return bool(failing) and all(n in flaky for n in failing)
 
 
-def decide(
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    *,
-    elapsed_minutes: float = 0.0,
-    cancelled: bool = False,
-    known_flaky: Collection[str] = (),
-    unverified: int = 0,
-) -> Decision:
+def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_minutes: float = 0.0,
+           cancelled: bool = False, known_flaky: Collection[str] = (), unverified: int = 0) -> Decision:
     """Continue or stop after the latest observation, with exactly one stop reason.
 
     ``known_flaky``: when only they still fail, a repeat is no evidence of a deterministic

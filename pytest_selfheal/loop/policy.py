@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.config.settings import Settings
 from pytest_selfheal.errors import InputError
@@ -416,9 +416,14 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
             raise InputError(f"incident.json: failures[{index}] needs a nodeid/test and a fingerprint")
         outcome = failure.outcome or OUTCOME_FAILED
         outcomes[nodeid] = outcome if outcome in FAILING_OUTCOMES else OUTCOME_FAILED
-    fingerprints = tuple(f.fingerprint for f in incident.failures)
-    types = tuple(f.failure_type or "UNKNOWN" for f in incident.failures)
-    return Observation(0, outcomes, fingerprints, types, diff_hash, environment=environment_of(incident.failures))
+    return observed(0, outcomes, incident.failures, diff_hash)
+
+
+def observed(iteration: int, outcomes: Mapping[str, str], failures: Sequence[Failure], diff_hash: Optional[str],
+              **more: Any) -> Observation:
+    return Observation(iteration, outcomes, tuple(f.fingerprint for f in failures),
+                       tuple(f.failure_type or "UNKNOWN" for f in failures), diff_hash,
+                       environment=environment_of(failures), **more)
 
 
 def environment_of(failures: Sequence[Failure]) -> Optional[str]:
@@ -438,21 +443,13 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
     for index, failure in enumerate(attempt.failures):
         if not failure.fingerprint:
             raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")
+    repair = attempt.repair
     try:
-        return Observation(
-            iteration=attempt.iteration,
-            outcomes=dict(attempt.outcomes),
-            fingerprints=tuple(f.fingerprint for f in attempt.failures),
-            failure_types=tuple(f.failure_type or "UNKNOWN" for f in attempt.failures),
-            diff_hash=attempt.diff_hash,
-            timed_out=bool(attempt.timed_out),
-            repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
-            scope_denied=bool(attempt.scope_denied),
-            tests_edited=tuple(attempt.tests_edited),
-            harness_changed=tuple(attempt.harness_changed),
-            provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
-            environment=environment_of(attempt.failures),
-            regressions=tuple(attempt.regressions),
-        )
+        return observed(
+            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash,
+            timed_out=bool(attempt.timed_out), repair_result=(repair.result or None) if repair is not None else None,
+            scope_denied=bool(attempt.scope_denied), tests_edited=tuple(attempt.tests_edited),
+            harness_changed=tuple(attempt.harness_changed), regressions=tuple(attempt.regressions),
+            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)))
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

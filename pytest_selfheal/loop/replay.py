@@ -52,16 +52,9 @@ def _stop_in_force(
     return None
 
 
-def _state(
-    incident_id: Optional[str],
-    status: Optional[str],
-    bucket: str,
-    iterations: Sequence[ReplayIteration],
-    closing: Optional[ReplayStop],
-    archived_to: Optional[str],
-    reopened: Optional[int] = None,
-    stops: Optional[Sequence[ReplayStop]] = None,
-) -> LoopState:
+def _state(incident_id: Optional[str], status: Optional[str], bucket: str, iterations: Sequence[ReplayIteration],
+           closing: Optional[ReplayStop], archived_to: Optional[str], reopened: Optional[int] = None,
+           stops: Optional[Sequence[ReplayStop]] = None) -> LoopState:
     """The compared state; with ``stops`` (the replay's), ``loop_stops`` too."""
     stop_reason = _stop_in_force(iterations, closing, status, reopened)
     return LoopState(

@@ -92,12 +92,8 @@ def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> 
     return capture_diff_hash(incident, context)
 
 
-def observations_of(
-    incident: Incident,
-    attempts: Sequence[Attempt],
-    *,
-    capture_hash: Optional[str] = None,
-) -> list[policy.Observation]:
+def observations_of(incident: Incident, attempts: Sequence[Attempt], *,
+                    capture_hash: Optional[str] = None) -> list[policy.Observation]:
     """The observations of the current loop run: the capture (or the previous run's last
     attempt, without its repair call's verdict), then one per attempt."""
     baseline, run = split_runs(attempts, policy.reopened_after(incident))
@@ -123,27 +119,16 @@ def run_started(attempts: Sequence[Attempt], reopened: Optional[int] = None) -> 
 def _decision_from_record(data: Decision) -> Decision:
     """A recorded decision, its missing keys filled in as the policy would have written them."""
     reason = data.stop_reason
-    return policy.decision(
-        data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
-        reason,
-        data.final_status if data.final_status is not None else policy.final_status_of(reason),
-        policy.progress_signal(bool(data.progress), data.progress_reasons, bool(data.fingerprint_changed), data.tests_fixed),
-        data.same_error_repeats,
-        data.no_progress_streak,
-        bool(data.retry_timeout),
-        data.message or f"Stopped: {reason}.",
-        data.iteration,
-        data.conditions or ((reason,) if reason else ()),
-    )
+    return dataclasses.replace(
+        data, action=data.action or (policy.ACTION_STOP if reason else policy.ACTION_CONTINUE),
+        final_status=data.final_status if data.final_status is not None else policy.final_status_of(reason),
+        progress=bool(data.progress), fingerprint_changed=bool(data.fingerprint_changed),
+        retry_timeout=bool(data.retry_timeout), message=data.message or f"Stopped: {reason}.",
+        conditions=data.conditions or ((reason,) if reason else ()), keys=policy.DECISION_KEYS, extra=())
 
 
-def pending_stop(
-    attempts: Sequence[Attempt],
-    run_result: Optional[RunResult],
-    status: str,
-    replanned_at: Optional[int] = None,
-    reopened: Optional[int] = None,
-) -> Optional[Decision]:
+def pending_stop(attempts: Sequence[Attempt], run_result: Optional[RunResult], status: str,
+                 replanned_at: Optional[int] = None, reopened: Optional[int] = None) -> Optional[Decision]:
     """A recorded stop whose close-out has not completed, or None. The most recent record
     wins (``run_result.json`` of the latest attempt, else that attempt). A replan is complete
     once back to ``planned``, or regenerated (``replanned_at``) with the status moved on."""

@@ -18,14 +18,8 @@ class LoopSelection:
     refused: Optional[str]  # why the loop must not run (the driver stops with `disabled`); None = run
 
 
-def loop_selection(
-    policy: LoopPolicy,
-    nodeids: Sequence[str],
-    *,
-    tdd_nodeids: Collection[str] = (),
-    unattended: bool = False,
-    approved: bool = False,
-) -> LoopSelection:
+def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: Collection[str] = (),
+                   unattended: bool = False, approved: bool = False) -> LoopSelection:
     """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
     is expected to fail until its feature exists)."""
     tdd = set(tdd_nodeids)

@@ -21,7 +21,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import agent_mode, sticky
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.stopped import holds_passed
+from pytest_selfheal.loop.sticky import holds_passed
 from pytest_selfheal.process import fresh_pycache
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
