@@ -27,12 +27,12 @@ from pytest_selfheal.loop.policy import (
     capture_observation,
     fixed_tests,
     flaky_tests,
+    loop_selection,
     no_progress_streak,
     observation_from_attempt,
     progress_between,
     same_error_repeats,
 )
-from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.records.models import TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import FAILURE_TYPES, StopReason

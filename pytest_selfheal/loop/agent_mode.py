@@ -96,10 +96,10 @@ def recorded_options(incident: Incident) -> Optional[list[str]]:
 NOT_AN_ITERATION = "this run is not counted as an iteration"
 
 
-def not_an_iteration(incident_id: str, options: Optional[Sequence[str]], capture_dir: str,
-                     run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
-    """Why this run is not an iteration of the incident (like with like: the capture's
-    options, from the capture's directory), or None; None options or ``run_dir`` are unknown."""
+def not_an_iteration(incident: Incident, run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
+    """Why this run is not an iteration of ``incident`` (like with like: the capture's options,
+    from the capture's directory), or None; None options or ``run_dir`` are unknown."""
+    incident_id, options, capture_dir = incident.incident_id, recorded_options(incident), incident.invocation_dir or ""
     if run_options is not None and options is not None and list(run_options) != list(options):
         return (f"selfheal: incident {incident_id}: {NOT_AN_ITERATION}: its options "
                 f"({shlex.join(run_options) or 'none'}) differ from the capture's "
@@ -166,8 +166,7 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
     for incident in touched:
         incident_id, selection = incident.incident_id, incident.selection
         result.covered.update(selection)
-        unlike = not_an_iteration(incident_id, incident.options, incident.captured.invocation_dir or "",
-                                  run_options, run_dir)
+        unlike = not_an_iteration(incident.captured, run_options, run_dir)
         if unlike is not None:
             result.lines.append(unlike)
             result.still_open.append(incident_id)

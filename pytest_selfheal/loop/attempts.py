@@ -22,16 +22,15 @@ from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.regression import RegressionCheck, regression_line
-from pytest_selfheal.loop.resume import (
+from pytest_selfheal.loop.state import (
+    LoopRun,
     has_event,
     minutes_between,
     parse_stamp,
     repeated_failure_event,
-    run_started,
     split_runs,
     verification_event,
 )
-from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
@@ -57,17 +56,12 @@ class IterationOutcome:
     decision: Decision
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[LoopResult] = None  # the loop stopped and was closed out
-    warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
-    notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
+    # What the iteration prints: the failure history's warnings, the status line, then notes.
+    lines: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def closed(self) -> bool:
         return self.run_result is not None
-
-    @property
-    def lines(self) -> list[str]:
-        """What an iteration prints: the history's warnings, the status line, then the notes."""
-        return [*(f"selfheal: warning: {w}" for w in self.warnings), self.status_line, *self.notes]
 
 
 AGENT_MODE = "agent"
@@ -187,8 +181,9 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
         run.refresh()
         waiting = run.pending()
         if waiting is not None:
-            return IterationOutcome(None, waiting, messages.status_line(waiting, pol, incident_id=incident_id),
-                                    finalize(run, waiting, effective=effective, project_root=project_root))
+            line = messages.status_line(waiting, pol, incident_id=incident_id)
+            return IterationOutcome(None, waiting, line, finalize(run, waiting, effective=effective,
+                                                                  project_root=project_root), [line])
         incident = run.incident
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
@@ -205,7 +200,7 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
             regressions=(regression.broken if regression is not None
                          else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()))
         observations = previous + [observation]
-        first_start = run_started(run.attempts, run.reopened) or parse_stamp(started_at)
+        first_start = run.started() or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
                           unverified=incident.unverified_failures)
@@ -272,7 +267,8 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
                          "their last outcome")
         closed = finalize(run, decision, effective=effective, observations=observations, project_root=project_root) \
             if decision.stopped else None
-        return IterationOutcome(attempt, decision, line, closed, warnings=history_warnings, notes=notes)
+        return IterationOutcome(attempt, decision, line, closed,
+                                [*(f"selfheal: warning: {w}" for w in history_warnings), line, *notes])
 
 
 def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:

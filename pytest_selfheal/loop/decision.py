@@ -124,18 +124,8 @@ def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_m
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
         )
     retry = timeouts == 1
-    return decision(
-        ACTION_CONTINUE,
-        None,
-        None,
-        progress,
-        same,
-        streak,
-        retry,
-        continue_message(policy, observations, iteration, progress, retry, no_fixes),
-        iteration,
-        (),
-    )
+    return decision(ACTION_CONTINUE, None, None, progress, same, streak, retry,
+                    continue_message(policy, observations, iteration, progress, retry, no_fixes), iteration, ())
 
 
 def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observation]:

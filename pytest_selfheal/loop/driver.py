@@ -34,11 +34,10 @@ from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, l
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
+from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident
-from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
-from pytest_selfheal.loop.selection import loop_selection
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, minutes_between, stamp, utcnow
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     Verifier,
@@ -321,7 +320,7 @@ def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Dec
     is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
     incident = run.incident
     observations = run.observations()
-    started = run_started(run.attempts, run.reopened)
+    started = run.started()
     pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                  known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
     # A reopen is the user saying "the environment is fixed" or "it fails again": a

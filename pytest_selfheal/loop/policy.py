@@ -8,7 +8,7 @@ transparent to the progress, repeat and no-progress counters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -111,17 +111,40 @@ class LoopPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopPolicy:
-        return cls(
-            enabled=settings.enabled,
-            max_iterations=settings.max_iterations,
-            error_fingerprint_repeats=settings.error_fingerprint_repeats,
-            no_progress_repeats=settings.no_progress_repeats,
-            auto_replan_on_no_progress=settings.auto_replan_on_no_progress,
-            max_runtime_minutes=None if settings.max_runtime_minutes is None else float(settings.max_runtime_minutes),
-            auto_tasks=settings.apply_to.auto_tasks,
-            autonomous_plans=settings.apply_to.autonomous_plans,
-            tdd_tasks=settings.apply_to.tdd_tasks,
-        )
+        budget, apply_to = settings.max_runtime_minutes, settings.apply_to
+        return cls(settings.enabled, settings.max_iterations, settings.error_fingerprint_repeats,
+                   settings.no_progress_repeats, settings.auto_replan_on_no_progress,
+                   None if budget is None else float(budget), apply_to.auto_tasks, apply_to.autonomous_plans,
+                   apply_to.tdd_tasks)
+
+
+@dataclass(frozen=True)
+class LoopSelection:
+    """Which failing tests the loop may verify, and whether it may run at all."""
+
+    nodeids: tuple[str, ...]  # what the loop verifies
+    excluded: tuple[str, ...]  # failing tests left out by apply_to
+    refused: Optional[str]  # why the loop must not run (the driver stops with `disabled`); None = run
+
+
+def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: Collection[str] = (),
+                   unattended: bool = False, approved: bool = False) -> LoopSelection:
+    """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
+    is expected to fail until its feature exists)."""
+    tdd = set(tdd_nodeids)
+    keep: list[str] = []
+    excluded: list[str] = []
+    for nodeid in nodeids:
+        allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
+        (keep if allowed else excluded).append(nodeid)
+    refused: Optional[str] = None
+    if not policy.enabled:
+        refused = "the loop is disabled (ralf_lite.enabled is false)"
+    elif unattended and not approved and not policy.autonomous_plans:
+        refused = "unattended loops are disabled (ralf_lite.apply_to.autonomous_plans is false); pass --approve"
+    elif not keep:
+        refused = "every failing test is excluded by ralf_lite.apply_to (auto_tasks/tdd_tasks)"
+    return LoopSelection(tuple(keep), tuple(excluded), refused)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pytest_selfheal.analysis.testfiles import changed
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.loop.attempts import reopen_incident
 from pytest_selfheal.loop.messages import iteration_prefix
-from pytest_selfheal.loop.resume import capture_hash_on_disk
+from pytest_selfheal.loop.state import capture_hash_on_disk
 from pytest_selfheal.records.models import FAILING_OUTCOMES, Failure
 from pytest_selfheal.records.redacted import TRUNCATED, is_redacted
 from pytest_selfheal.records.vocab import IncidentStatus, Line, Tone, first_few

@@ -261,27 +261,18 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
     """Remove the verification temp folders a killed loop left: only ours (a real folder
     owned by our user) whose pid is dead. Returns what was removed; never raises."""
-    base = Path(tempfile.gettempdir() if tmp is None else tmp)
     removed: list[Path] = []
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return removed
     uid = getattr(os, "getuid", lambda: None)()
-    for entry in entries:
-        if not entry.name.startswith(VERIFY_DIR_PREFIX):
-            continue
-        pid_text = entry.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid():
-            continue
+    for path in Path(tempfile.gettempdir() if tmp is None else tmp).glob(f"{VERIFY_DIR_PREFIX}*"):
+        pid = path.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
         try:
-            info = entry.stat(follow_symlinks=False)
+            info = path.lstat()
         except OSError:
             continue
-        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid) or _pid_alive(int(pid_text)):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
+        if pid.isdigit() and int(pid) != os.getpid() and stat.S_ISDIR(info.st_mode) \
+                and (uid is None or info.st_uid == uid) and not _pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 

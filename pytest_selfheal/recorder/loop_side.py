@@ -168,9 +168,7 @@ class LoopSide:
                 # Like with like: a run with other options, or from another directory, is no
                 # iteration of it, and leaves it stopped.
                 captured = store.read_incident(incident_id)
-                unlike = agent_mode.not_an_iteration(incident_id, agent_mode.recorded_options(captured),
-                                                     captured.invocation_dir or "", run_options,
-                                                     invocation_dir(recorder.config))
+                unlike = agent_mode.not_an_iteration(captured, run_options, invocation_dir(recorder.config))
                 if unlike is not None:
                     recorder.lines.append((ESSENTIAL, unlike))
                     continue
