@@ -32,8 +32,7 @@ from pytest_selfheal.loop.attempts import finalize, record_iteration
 from pytest_selfheal.loop.control import loop_lock
 from pytest_selfheal.loop.driver import _exclude_from_argvs, selection_nodeids
 from pytest_selfheal.loop.messages import status_line
-from pytest_selfheal.loop.resume import pending_stop, split_runs
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, pending_stop, split_runs
 from pytest_selfheal.loop.verify import VerificationRun
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.models import Failure

@@ -27,12 +27,12 @@ from pytest_selfheal.loop.policy import (
     capture_observation,
     fixed_tests,
     flaky_tests,
+    loop_selection,
     no_progress_streak,
     observation_from_attempt,
     progress_between,
     same_error_repeats,
 )
-from pytest_selfheal.loop.selection import loop_selection
 from pytest_selfheal.records.models import TEST_ASSERTION, TIMEOUT, TOOLING_ENV
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import FAILURE_TYPES, StopReason
@@ -603,9 +603,7 @@ def test_tests_fixed_and_flaky() -> None:
 def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     _name, policy, observations, kwargs, reason, _status, _it = case
     decision = decide(policy, observations, **kwargs)
-    point = decision_point(
-        decision, observations, policy, incident_id="incident_20260101_000000_r1", pending_scope_files=["x.py"]
-    ).to_json()
+    point = decision_point(decision, observations, policy, incident_id="incident_20260101_000000_r1").to_json()
     assert set(point) == {"reason", "message", "options", "context"}
     assert point["reason"] == reason and point["message"] == decision.message
     assert len(point["options"]) >= 3
@@ -614,7 +612,7 @@ def test_decision_point_and_handoff_for_every_stop(case: Any) -> None:
     ctx = point["context"]
     assert ctx["iteration"] == decision.iteration
     assert ctx["remaining"] == max(0, policy.max_iterations - decision.iteration)
-    assert ctx["pendingScopeFiles"] == ["x.py"]
+    assert ctx["pendingScopeFiles"] == []
     assert set(ctx) >= {"iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles"}
     for option in point["options"]:
         if option["command"] and option["command"].startswith("selfheal"):

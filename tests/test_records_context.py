@@ -11,7 +11,7 @@ import pytest
 from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import clean_tree_hash
-from pytest_selfheal.loop.resume import capture_diff_hash
+from pytest_selfheal.loop.state import capture_diff_hash
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
 from pytest_selfheal.records.incident import Incident

@@ -32,7 +32,7 @@ from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import build_run_result
 from pytest_selfheal.loop.policy import final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
-from pytest_selfheal.loop.resume import pending_stop
+from pytest_selfheal.loop.state import pending_stop
 from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.vocab import StopReason

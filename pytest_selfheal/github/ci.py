@@ -66,7 +66,7 @@ from pytest_selfheal.history.segments import (
 )
 from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase, judge_event, quarantine_in_force
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.stopped import ALREADY_STOPPED
+from pytest_selfheal.loop.sticky import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
 from pytest_selfheal.records.ci import CiVerdict, NewTestsCheck
 from pytest_selfheal.records.incident import Incident

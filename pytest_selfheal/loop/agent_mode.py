@@ -22,9 +22,8 @@ from pytest_selfheal.config.seal import Loaded
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
-from pytest_selfheal.loop.attempts import AGENT_MODE, AGENT_UNCHANGED, record_iteration
+from pytest_selfheal.loop.attempts import AGENT_MODE, record_iteration
 from pytest_selfheal.loop.driver import selection_nodeids
-from pytest_selfheal.loop.messages import naming_changes
 from pytest_selfheal.loop.regression import (
     NOT_YET_CHECKED,
     RunOutcomes,
@@ -97,10 +96,10 @@ def recorded_options(incident: Incident) -> Optional[list[str]]:
 NOT_AN_ITERATION = "this run is not counted as an iteration"
 
 
-def not_an_iteration(incident_id: str, options: Optional[Sequence[str]], capture_dir: str,
-                     run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
-    """Why this run is not an iteration of the incident (like with like: the capture's
-    options, from the capture's directory), or None; None options or ``run_dir`` are unknown."""
+def not_an_iteration(incident: Incident, run_options: Optional[Sequence[str]], run_dir: Optional[str]) -> Optional[str]:
+    """Why this run is not an iteration of ``incident`` (like with like: the capture's options,
+    from the capture's directory), or None; None options or ``run_dir`` are unknown."""
+    incident_id, options, capture_dir = incident.incident_id, recorded_options(incident), incident.invocation_dir or ""
     if run_options is not None and options is not None and list(run_options) != list(options):
         return (f"selfheal: incident {incident_id}: {NOT_AN_ITERATION}: its options "
                 f"({shlex.join(run_options) or 'none'}) differ from the capture's "
@@ -131,24 +130,12 @@ def open_incidents(store: Store) -> list[OpenIncident]:
     return found
 
 
-def record_agent_attempts(
-    *,
-    store: Store,
-    effective: EffectiveConfig,
-    incidents: Sequence[OpenIncident],
-    outcomes: Mapping[str, str],
-    failures: Sequence[Failure],
-    project_root: Path,
-    reports_root: Path,
-    invocation: Sequence[str],
-    started_at: datetime,
-    exit_code: Optional[int],
-    run_options: Optional[Sequence[str]] = None,
-    run_dir: Optional[str] = None,
-    loaded: Optional[Loaded] = None,
-    gone: Collection[str] = (),
-    ran: Optional[Mapping[str, str]] = None,
-) -> AgentResult:
+def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents: Sequence[OpenIncident],
+                          outcomes: Mapping[str, str], failures: Sequence[Failure], project_root: Path,
+                          reports_root: Path, invocation: Sequence[str], started_at: datetime,
+                          exit_code: Optional[int], run_options: Optional[Sequence[str]] = None,
+                          run_dir: Optional[str] = None, loaded: Optional[Loaded] = None, gone: Collection[str] = (),
+                          ran: Optional[Mapping[str, str]] = None) -> AgentResult:
     """Record this run as the next attempt of every open incident whose selection it ran.
 
     A run with other ``run_options`` or from another ``run_dir`` than the capture's is no
@@ -177,37 +164,32 @@ def record_agent_attempts(
     this_run = None if ran is None else RunOutcomes(
         ran, capture_words(invocation, str(project_root / (run_dir or "")), project_root))
     for incident in touched:
-        selection = set(incident.selection)
-        unlike = not_an_iteration(incident.incident_id, incident.options, incident.captured.invocation_dir or "",
-                                  run_options, run_dir)
+        incident_id, selection = incident.incident_id, incident.selection
+        result.covered.update(selection)
+        unlike = not_an_iteration(incident.captured, run_options, run_dir)
         if unlike is not None:
             result.lines.append(unlike)
-            result.covered.update(selection)
-            result.still_open.append(incident.incident_id)
+            result.still_open.append(incident_id)
             continue
         run_outcomes: dict[str, str] = {}
         run_failures: list[Failure] = []
-        for nodeid in incident.selection:
-            if nodeid in outcomes:
-                run_outcomes[nodeid] = outcomes[nodeid]
-                if outcomes[nodeid] in FAILING_OUTCOMES and nodeid in by_nodeid:
-                    run_failures.append(by_nodeid[nodeid])
-            elif nodeid in gone:
+        for nodeid in selection:
+            if nodeid in gone and nodeid not in outcomes:
                 run_outcomes[nodeid] = OUTCOME_MISSING  # it should have run: not verified, never carried over
-            else:
-                run_outcomes[nodeid] = incident.last_outcomes.get(nodeid, OUTCOME_FAILED)
-                if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in incident.last_failures:
-                    run_failures.append(incident.last_failures[nodeid])
-        new_failures = [f for f in failures if f.nodeid not in selection]
-        # Not run in this run (-x / --maxfail stopped it, or a subset was selected): carried
-        # over above and listed, so they are never counted as run, gone or passed.
-        not_run = [n for n in incident.selection if n not in outcomes and n not in gone]
+                continue
+            # Not run in this run (-x / --maxfail stopped it, or a subset was selected): its last
+            # outcome, listed as not run, so it is never counted as run, gone or passed.
+            run_outcomes[nodeid] = outcomes.get(nodeid, incident.last_outcomes.get(nodeid, OUTCOME_FAILED))
+            known = by_nodeid if nodeid in outcomes else incident.last_failures
+            if run_outcomes[nodeid] in FAILING_OUTCOMES and nodeid in known:
+                run_failures.append(known[nodeid])
+        not_run = [n for n in selection if n not in outcomes and n not in gone]
         judged, edited_keys = judged_config(effective, incident.captured)
-        if edited_keys:
-            result.lines.append(edited_keys)
         changes = harness_changed(incident.captured, project_root, store=store, plan=incident.plan, loaded=loaded)
         # Tests, conftests, test data edited since the capture: a pass with them is never `success`.
         edited = [*dict.fromkeys([*changed(project_root, dict(incident.captured.test_digests)), *changes.tests])]
+        if edited_keys:
+            result.lines.append(edited_keys)
         narrower = None if not passes(run_outcomes) or edited or changes.harness \
             else narrower_than_capture(store, incident.captured, project_root, invocation, project_root / (run_dir or ""))
         if narrower is not None:
@@ -215,12 +197,11 @@ def record_agent_attempts(
             # nothing is decided, so the budget is not spent on it.
             words = shlex.join(narrower)
             result.lines.append(
-                f"selfheal: incident {incident.incident_id}: {NOT_YET_CHECKED}: this run is "
+                f"selfheal: incident {incident_id}: {NOT_YET_CHECKED}: this run is "
                 f"narrower than the capture's ({words or 'its default selection'}), so it is not counted as an "
                 f"iteration; run {' '.join(['pytest --selfheal', words]).strip()} (or the stop gate, or MCP "
                 "run_tests with no selection) for the check and the verdict")
-            result.covered.update(selection)
-            result.still_open.append(incident.incident_id)
+            result.still_open.append(incident_id)
             continue
         # A passing selection: the tests the change can reach run before it can be a success
         # (a changed harness never is one).
@@ -228,43 +209,14 @@ def record_agent_attempts(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
             outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run)
         outcome = record_iteration(
-            LoopRun.resume(store, incident.incident_id),
-            effective=judged,
-            outcomes=run_outcomes,
-            failures=run_failures,
-            diff_hash=diff,
-            started_at=format_ts(started_at),
-            finished_at=finished,
-            mode=AGENT_MODE,
-            verification_commands=[command],
-            exit_code=exit_code,
-            new_failures=new_failures,
-            project_root=project_root,
-            not_run=not_run,
-            tests_edited=edited,
-            harness_changed=changes.harness,
-            regression=regression,
+            LoopRun.resume(store, incident_id), effective=judged,
+            outcomes=run_outcomes, failures=run_failures, diff_hash=diff, started_at=format_ts(started_at),
+            finished_at=finished, mode=AGENT_MODE, verification_commands=[command], exit_code=exit_code,
+            new_failures=[f for f in failures if f.nodeid not in incident.selection], project_root=project_root,
+            not_run=not_run, tests_edited=edited, harness_changed=changes.harness, regression=regression,
         )
-        result.lines += [f"selfheal: warning: {w}" for w in outcome.warnings]
-        result.lines.append(naming_changes(outcome.status_line, outcome.decision.stop_reason, changes.harness,
-                                           edited))
-        if outcome.attempt is not None and outcome.attempt.repair is not None \
-                and outcome.attempt.repair.message == AGENT_UNCHANGED:
-            result.lines.append(
-                f"selfheal: incident {incident.incident_id}: nothing changed since the last run: counted as an "
-                "iteration with nothing tried" + ("" if outcome.closed else
-                                                  "; a second such run in a row stops (no_fix_found)"))
-        result.lines += outcome.notes
-        if not_run:
-            ran_count = len(incident.selection) - len(not_run)
-            result.lines.append(
-                f"selfheal: incident {incident.incident_id}: this run ran {ran_count} of {len(incident.selection)} "
-                f"selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep their last outcome"
-            )
-        result.touched.append(incident.incident_id)
-        result.covered.update(selection)
+        result.lines += outcome.lines
+        result.touched.append(incident_id)
         if not outcome.closed:
-            result.still_open.append(incident.incident_id)
+            result.still_open.append(incident_id)
     return result
-
-

@@ -158,7 +158,8 @@ def _ini_problem(value: str, root: Path, trusted: bool) -> Optional[str]:
         except ValueError:
             return "'-o addopts=' that does not split into words"
         try:
-            _check_words(words, root, _Trust(trusted, frozenset()), shown=f"addopts={setting}")
+            # Inside a trusted `-o addopts=` every word was recorded whole.
+            _check_words(words, root, lambda option, value: trusted, shown=f"addopts={setting}")
         except ArgumentRefused as exc:
             return f"'-o addopts=' carries a refused option ({exc.message})"
         return None
@@ -183,17 +184,6 @@ def judge(option: str, value: Optional[str], root: Path, trusted: bool = False) 
     if option in _CONFIG:
         return None if inside_root(value, root) else f"'{option} {value}': a config file outside the project root"
     return path_problem(value, root)
-
-
-class _Trust:
-    """The recorded options (``(option, value)`` groups) a command may repeat."""
-
-    def __init__(self, everything: bool, groups: frozenset[tuple[str, Optional[str]]]) -> None:
-        self.everything = everything  # inside a trusted `-o addopts=`: its words were recorded whole
-        self.groups = groups
-
-    def holds(self, option: str, value: Optional[str]) -> bool:
-        return self.everything or (option, value) in self.groups
 
 
 def _split(words: Sequence[str], index: int) -> tuple[str, Optional[str], int]:
@@ -230,7 +220,9 @@ def _refuse(shown: str, why: str) -> ArgumentRefused:
     return ArgumentRefused(f"refusing verification command {shown!r}: {why}")
 
 
-def _check_words(words: Sequence[str], root: Path, trust: _Trust, *, shown: str, pytest_runner: bool = True) -> None:
+def _check_words(words: Sequence[str], root: Path, recorded_as: Callable[[str, Optional[str]], bool], *, shown: str,
+                 pytest_runner: bool = True) -> None:
+    """``recorded_as(option, value)``: whether the capture recorded that option, a command may repeat it."""
     for word in words:
         if word.startswith("@"):
             raise _refuse(shown, f"{word[:80]!r}: pytest reads more arguments from an @file, which is never accepted")
@@ -244,19 +236,15 @@ def _check_words(words: Sequence[str], root: Path, trust: _Trust, *, shown: str,
                 raise _refuse(shown, f"{word[:200]!r} is not a node id or path inside the project root {root}")
             index += 1
             continue
-        option, value, used = _split(words, index) if pytest_runner else (word.partition("=")[0], None, 1)
-        if not pytest_runner and "=" in word:
-            value = word.partition("=")[2]
-        if pytest_runner and option in SAFE_VALUED and value is not None and _safe(option, value, used, word):
-            if option == "--deselect" and not inside_root(value, root):
+        name, eq, attached = word.partition("=")
+        option, value, used = _split(words, index) if pytest_runner else (name, attached if eq else None, 1)
+        if pytest_runner and _safe(option, value, used, word):
+            if option == "--deselect" and value is not None and not inside_root(value, root):
                 raise _refuse(shown, "--deselect outside the project root")
             index += used
             continue
-        if pytest_runner and _safe(option, value, used, word):
-            index += used
-            continue
-        recorded = trust.holds(option, value) or trust.holds(word, None)
-        if not recorded and used == 1 and index + 1 < len(words) and trust.holds(word, words[index + 1]):
+        recorded = recorded_as(option, value) or recorded_as(word, None)
+        if not recorded and used == 1 and index + 1 < len(words) and recorded_as(word, words[index + 1]):
             value, used, recorded = words[index + 1], 2, True  # a recorded option with its own value
         problem = judge(option, value, root, trusted=recorded) if pytest_runner or recorded else None
         if problem:
@@ -279,5 +267,5 @@ def check_arguments(
     """Refuse (``RefusedError``, exit 5) any word after the runner these rules do not accept;
     another runner than pytest gets selections and ``trusted`` options only."""
     groups = frozenset(option_groups(trusted))
-    _check_words(words, root, _Trust(False, groups), shown=shown or " ".join(words)[:200],
+    _check_words(words, root, lambda option, value: (option, value) in groups, shown=shown or " ".join(words)[:200],
                  pytest_runner=pytest_runner)

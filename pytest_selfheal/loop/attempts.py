@@ -22,25 +22,24 @@ from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.regression import RegressionCheck, regression_line
-from pytest_selfheal.loop.resume import (
+from pytest_selfheal.loop.state import (
+    LoopRun,
     has_event,
     minutes_between,
     parse_stamp,
     repeated_failure_event,
-    run_started,
     split_runs,
     verification_event,
 )
-from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
-from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure, Incident
+from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import LoopResult, RunResult
-from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason
+from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason, first_few
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import judging
@@ -57,15 +56,13 @@ class IterationOutcome:
     decision: Decision
     status_line: str  # the one parseable line for agents (docs/loop.md "Status line")
     run_result: Optional[LoopResult] = None  # the loop stopped and was closed out
-    warnings: list[str] = dataclasses.field(default_factory=list)  # the failure history's (one line each)
-    notes: list[str] = dataclasses.field(default_factory=list)  # lines printed after the status line
+    # What the iteration prints: the failure history's warnings, the status line, then notes.
+    lines: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def closed(self) -> bool:
         return self.run_result is not None
 
-
-# --------------------------------------------------------------------------- attempt
 
 AGENT_MODE = "agent"
 # The repair block of an agent-mode run with the code unchanged since the previous one: the
@@ -83,19 +80,11 @@ def _failure_entry(failure: Failure) -> Failure:
     return dataclasses.replace(failure, target_paths=(), root_cause=None, triage=None, keys=keys)
 
 
-# --------------------------------------------------------------------------- plan + status
-
-
-def _plan_of(incident: Incident) -> Plan:
-    """The plan a capture killed before writing it would have written."""
-    return build_plan(incident, generated_at=ev.format_ts(), source=project_source(incident.rootdir))
-
-
 def ensure_plan(run: LoopRun) -> Plan:
     """The incident's plan, generated if a killed capture left none; ``new → planned``."""
     plan = run.plan
     if plan is None:
-        plan = _plan_of(run.incident)
+        plan = build_plan(run.incident, generated_at=ev.format_ts(), source=project_source(run.incident.rootdir))
         run.write_plan(plan, render_plan_md(plan))
         run.append_event(ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
     if run.status == IncidentStatus.NEW:
@@ -108,9 +97,7 @@ def reopen_incident(store: Store, incident_id: str, *, continue_run: bool = Fals
     before it had one. ``continue_run``: its loop run goes on (a code change after a stop)."""
     with store.lock():
         if not store.has_plan(incident_id):  # archived before it had one: only the plan is missing
-            plan = _plan_of(store.read_incident(incident_id))
-            store.write_plan(incident_id, plan, render_plan_md(plan))
-            store.append_event(incident_id, ev.PLAN_GENERATED, actions=[a.id for a in plan.actions], recovered=True)
+            ensure_plan(LoopRun.read(store, incident_id))
         return store.reopen(incident_id, continue_run=continue_run)
 
 
@@ -130,9 +117,6 @@ def require_inbox(store: Store, incident_id: str) -> None:
     bucket, _ = store.locate(incident_id)
     if bucket != INBOX:
         raise RefusedError(f"incident {incident_id} is already archived in {archive_dir(bucket)}")
-
-
-# --------------------------------------------------------------------------- record
 
 
 def _record_history(run: LoopRun, observations: Sequence[policy.Observation], failures: Sequence[Failure], *,
@@ -168,28 +152,14 @@ def _record_history(run: LoopRun, observations: Sequence[policy.Observation], fa
     return [result.unavailable] if result.unavailable else []
 
 
-def record_iteration(
-    run: LoopRun,
-    *,
-    effective: EffectiveConfig,
-    outcomes: Mapping[str, str],
-    failures: Sequence[Failure],
-    diff_hash: Optional[str],
-    started_at: str,
-    finished_at: str,
-    mode: str,
-    verification_commands: Sequence[str],
-    exit_code: Optional[int],
-    timed_out: bool = False,
-    repair: Optional[RepairBlock] = None,
-    new_failures: Sequence[Failure] = (),
-    project_root: Path,
-    duration_seconds: Optional[float] = None,
-    not_run: Sequence[str] = (),
-    tests_edited: Sequence[str] = (),
-    harness_changed: Sequence[str] = (),
-    regression: Optional[RegressionCheck] = None,
-) -> IterationOutcome:
+def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapping[str, str],
+                     failures: Sequence[Failure], diff_hash: Optional[str], started_at: str, finished_at: str,
+                     mode: str, verification_commands: Sequence[str], exit_code: Optional[int],
+                     timed_out: bool = False, repair: Optional[RepairBlock] = None,
+                     new_failures: Sequence[Failure] = (), project_root: Path,
+                     duration_seconds: Optional[float] = None, not_run: Sequence[str] = (),
+                     tests_edited: Sequence[str] = (), harness_changed: Sequence[str] = (),
+                     regression: Optional[RegressionCheck] = None) -> IterationOutcome:
     """Record one verification as the incident's next attempt, decide, and close if it stops
     (a pending stop is completed instead, nothing new recorded).
 
@@ -200,6 +170,7 @@ def record_iteration(
     broken join this attempt's outcomes and failures: never a ``success``.
     """
     store, incident_id = run.store, run.incident_id
+    selected = len(outcomes)
     if regression is not None:
         outcomes = {**outcomes, **{n: OUTCOME_FAILED for n in regression.broken}}
         failures = [*failures, *regression.failures]
@@ -210,32 +181,26 @@ def record_iteration(
         run.refresh()
         waiting = run.pending()
         if waiting is not None:
-            return IterationOutcome(None, waiting, messages.status_line(waiting, pol, incident_id=incident_id),
-                                    finalize(run, waiting, effective=effective, project_root=project_root))
+            line = messages.status_line(waiting, pol, incident_id=incident_id)
+            return IterationOutcome(None, waiting, line, finalize(run, waiting, effective=effective,
+                                                                  project_root=project_root), [line])
         incident = run.incident
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
             repair = RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
                                             "message": AGENT_UNCHANGED}, "repair")
         edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
-        observation = policy.Observation(
-            iteration=len(previous),
-            outcomes=dict(outcomes),
-            fingerprints=tuple(f.fingerprint for f in failures),
-            failure_types=tuple(f.failure_type for f in failures),
-            diff_hash=diff_hash,
-            timed_out=timed_out,
+        observation = policy.observed(
+            len(previous), dict(outcomes), failures, diff_hash, timed_out=timed_out,
             repair_result=(repair.result or None) if repair is not None else None,
             scope_denied=bool(repair.scope_denied) if repair is not None else False,
             tests_edited=tuple(edited), harness_changed=tuple(harness_changed),
             provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
-            environment=policy.environment_of(failures),
             # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.
             regressions=(regression.broken if regression is not None
-                         else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()),
-        )
+                         else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()))
         observations = previous + [observation]
-        first_start = run_started(run.attempts, run.reopened) or parse_stamp(started_at)
+        first_start = run.started() or parse_stamp(started_at)
         elapsed = minutes_between(first_start, parse_stamp(finished_at))
         decision = decide(pol, observations, elapsed_minutes=elapsed, known_flaky=known_flaky(incident),
                           unverified=incident.unverified_failures)
@@ -288,17 +253,22 @@ def record_iteration(
                                            project_root=project_root)
         if decision.same_error_repeats >= 2:
             run.append_event(ev.REPEATED_FAILURE_DETECTED, **repeated_failure_event(attempt, decision.same_error_repeats).data)
-        line = messages.status_line(decision, pol, incident_id=incident_id)
-        unverified = messages.unverified_line(incident_id, observation.outcomes, not_run)
-        notes = [unverified] if unverified else []
+        line = messages.naming_changes(messages.status_line(decision, pol, incident_id=incident_id),
+                                       decision.stop_reason, observation.harness_changed, edited)
+        notes = [f"selfheal: incident {incident_id}: nothing changed since the last run: counted as an iteration "
+                 "with nothing tried" + ("" if decision.stopped else "; a second such run in a row stops (no_fix_found)")
+                 ] if repair is not None and repair.message == AGENT_UNCHANGED else []
+        notes += filter(None, [messages.unverified_line(incident_id, observation.outcomes, not_run)])
         if regression is not None:
             notes.append(regression_line(incident_id, decision.tests_fixed, regression))
+        if mode == AGENT_MODE and not_run:
+            notes.append(f"selfheal: incident {incident_id}: this run ran {selected - len(not_run)} of "
+                         f"{selected} selected tests; {len(not_run)} not run (-x, --maxfail or a subset) keep "
+                         "their last outcome")
         closed = finalize(run, decision, effective=effective, observations=observations, project_root=project_root) \
             if decision.stopped else None
-        return IterationOutcome(attempt, decision, line, closed, warnings=history_warnings, notes=notes)
-
-
-# --------------------------------------------------------------------------- finalize
+        return IterationOutcome(attempt, decision, line, closed,
+                                [*(f"selfheal: warning: {w}" for w in history_warnings), line, *notes])
 
 
 def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:
@@ -327,17 +297,9 @@ def _redact_config(redactor: Any, value: Any) -> Any:
     return redactor.redact(value) if isinstance(value, str) else value
 
 
-def build_run_result(
-    incident_id: str,
-    decision: Decision,
-    *,
-    observations: Sequence[policy.Observation],
-    attempts: Sequence[Attempt],
-    pol: policy.LoopPolicy,
-    failure_signature: Optional[str],
-    effective: EffectiveConfig,
-    reopened: Optional[int] = None,
-) -> LoopResult:
+def build_run_result(incident_id: str, decision: Decision, *, observations: Sequence[policy.Observation],
+                     attempts: Sequence[Attempt], pol: policy.LoopPolicy, failure_signature: Optional[str],
+                     effective: EffectiveConfig, reopened: Optional[int] = None) -> LoopResult:
     """``run_result.json`` for a stop (pure): deterministic, so a resumed close-out writes the same document."""
     final = policy.final_status_of(decision.stop_reason)
     archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
@@ -366,14 +328,8 @@ def build_run_result(
     return LoopResult.from_json(document, RUN_RESULT_JSON)
 
 
-def finalize(
-    run: LoopRun,
-    decision: Decision,
-    *,
-    effective: EffectiveConfig,
-    observations: Optional[Sequence[policy.Observation]] = None,
-    project_root: Path,
-) -> LoopResult:
+def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
+             observations: Optional[Sequence[policy.Observation]] = None, project_root: Path) -> LoopResult:
     """Close the loop for ``decision`` (a stop): archive it, or replan, or (``cancelled``,
     ``disabled``) only log the stop, leaving the incident open. Idempotent: every step checks
     what is already done, so a resume after a kill completes it without duplicates."""
@@ -388,24 +344,15 @@ def finalize(
             observations = run.observations()
         last = attempts[-1].iteration if attempts else 0
         result = build_run_result(
-            incident_id,
-            decision,
-            observations=observations,
-            attempts=attempts,
-            pol=pol,
+            incident_id, decision, observations=observations, attempts=attempts, pol=pol, effective=effective,
             failure_signature=next((a.error_signature for a in reversed(attempts) if a.error_signature),
-                                   incident.error_signature or None),
-            effective=effective,
-            reopened=policy.reopened_after(incident),
-        )
+                                   incident.error_signature or None), reopened=policy.reopened_after(incident))
         point = result.decision_point.to_json() if result.decision_point is not None else None
         stop_data = {"iteration": last, "stop_reason": reason}
         if reason in (StopReason.CANCELLED, StopReason.DISABLED):
             run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
-            run.append_event(
-                ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
-                message=decision.message,
-            )
+            run.append_event(ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
+                             message=decision.message)
             return result
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
@@ -418,23 +365,17 @@ def finalize(
         # What the stop named: the harness changed, or the tests edited.
         named = (attempts[-1].harness_changed or attempts[-1].tests_edited) if attempts else ()
         judging.remember_stop(project_root, judging.RememberedStop(
-            incident_id, reason, messages.changed_summary(named) if named else decision.message or "", last,
+            incident_id, reason, first_few(named) if named else decision.message or "", last,
             pol.max_iterations, tuple(attempts[-1].outcomes) if attempts else ()))
         records = ev.since_last_reopen(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")
         if not has_event(records, ev.LOOP_STOPPED, **stop_data):
-            run.append_event(
-                ev.LOOP_STOPPED,
-                **stop_data,
-                final_status=result.final_status,
-                archived_to=result.archived_to,
-                loop_iteration=decision.iteration,
-                flaky_tests=list(result.flaky_tests),
-                tests_fixed=list(result.tests_fixed),
-                message=decision.message,
-            )
+            run.append_event(ev.LOOP_STOPPED, **stop_data, final_status=result.final_status,
+                             archived_to=result.archived_to, loop_iteration=decision.iteration,
+                             flaky_tests=list(result.flaky_tests), tests_fixed=list(result.tests_fixed),
+                             message=decision.message)
         kill_point("finalize:after_loop_stopped")
         if reason == StopReason.REPLAN_REQUESTED:
             _replan(run, last)
@@ -460,11 +401,6 @@ def _replan(run: LoopRun, last: int) -> None:
         run.write_plan(plan, render_plan_md(plan))
     kill_point("finalize:after_replan_written")
     if not has_event(run.events, ev.PLAN_GENERATED, replanned_at_iteration=last):
-        run.append_event(
-            ev.PLAN_GENERATED,
-            replan=True,
-            revision=plan.revision,
-            replanned_at_iteration=last,
-            actions=[a.id for a in plan.actions],
-        )
+        run.append_event(ev.PLAN_GENERATED, replan=True, revision=plan.revision, replanned_at_iteration=last,
+                         actions=[a.id for a in plan.actions])
     run.set_status(IncidentStatus.PLANNED, reason="replan", iteration=last)

@@ -60,14 +60,9 @@ def site_dirs() -> list[str]:
     return folders + ([user] if isinstance(user, str) else [])
 
 
-def redirect_to_worktree(
-    env: Mapping[str, str],
-    project_root: Path,
-    worktree: Path,
-    *,
-    path_entries: Optional[Sequence[str]] = None,
-    finders: Optional[Sequence[str]] = None,
-) -> Redirection:
+def redirect_to_worktree(env: Mapping[str, str], project_root: Path, worktree: Path, *,
+                         path_entries: Optional[Sequence[str]] = None,
+                         finders: Optional[Sequence[str]] = None) -> Redirection:
     """``env`` with every import location inside ``project_root`` redirected to ``worktree``;
     one with no twin there (an untracked folder) is reported in ``missing``."""
     root = project_root.resolve()

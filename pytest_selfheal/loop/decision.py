@@ -4,7 +4,6 @@ their precedence are in ``docs/loop.md``: keep the two in step)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Optional
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
@@ -47,20 +46,8 @@ def known_flaky(incident: Incident) -> frozenset[str]:
     return frozenset(out)
 
 
-def only_known_flaky(observation: Observation, flaky: Collection[str]) -> bool:
-    failing = failing_tests(observation)
-    return bool(failing) and all(n in flaky for n in failing)
-
-
-def decide(
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    *,
-    elapsed_minutes: float = 0.0,
-    cancelled: bool = False,
-    known_flaky: Collection[str] = (),
-    unverified: int = 0,
-) -> Decision:
+def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_minutes: float = 0.0,
+           cancelled: bool = False, known_flaky: Collection[str] = (), unverified: int = 0) -> Decision:
     """Continue or stop after the latest observation, with exactly one stop reason.
 
     ``known_flaky``: when only they still fail, a repeat is no evidence of a deterministic
@@ -76,14 +63,14 @@ def decide(
 
     cur = observations[-1]
     iteration = len(observations) - 1
-    progress = progress_between(_previous_evidence(observations), cur)
+    progress = progress_between(next((o for o in reversed(observations[:-1]) if is_evidence(o)), None), cur)
     same = same_error_repeats(observations)
     streak = no_progress_streak(observations)
     timeouts = _tail_count(observations, is_timeout)
     no_fixes = _tail_count(observations, is_no_fix)
     # Stops "by repetition" need something to have been repeated: never on the capture alone.
     verified = iteration >= 1
-    flaky_only = only_known_flaky(cur, known_flaky)
+    flaky_only = bool(failing_tests(cur)) and failing_tests(cur) <= set(known_flaky)
     stuck = verified and streak >= policy.no_progress_repeats and not flaky_only
     green = is_success(cur) and not cur.provider_escaped
     stuck_or_spent: dict[str, bool] = {
@@ -131,25 +118,9 @@ def decide(
             ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
         )
     retry = timeouts == 1
-    return decision(
-        ACTION_CONTINUE,
-        None,
-        None,
-        progress,
-        same,
-        streak,
-        retry,
-        continue_message(policy, observations, iteration, progress, retry, no_fixes),
-        iteration,
-        (),
-    )
+    return decision(ACTION_CONTINUE, None, None, progress, same, streak, retry,
+                    continue_message(policy, observations, iteration, progress, retry, no_fixes), iteration, ())
 
-
-def _previous_evidence(observations: Sequence[Observation]) -> Optional[Observation]:
-    for obs in reversed(observations[:-1]):
-        if is_evidence(obs):
-            return obs
-    return None
 
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
     count = 0

@@ -8,11 +8,11 @@ runs again; a recorded stop is completed, never re-decided.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -33,12 +33,11 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import command_shown, iteration_prefix, naming_changes, option_record, status_line
+from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
+from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident
-from pytest_selfheal.loop.resume import minutes_between, run_started, stamp, utcnow
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
-from pytest_selfheal.loop.selection import loop_selection
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, minutes_between, stamp, utcnow
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     Verifier,
@@ -68,31 +67,8 @@ class Provider(Protocol):
     """A repair provider, called before each verification: None (the iteration only
     verifies) or its :class:`RepairBlock`, whose ``worktree`` the verification then runs in."""
 
-    def __call__(
-        self,
-        *,
-        incident_id: str,
-        iteration: int,
-        store: Store,
-        plan: Plan,
-        last_attempt: Optional[Attempt],
-        observations: Sequence[policy.Observation],
-    ) -> Optional[RepairBlock]: ...
-
-
-def _refuse_interrupted_archive(run: LoopRun) -> None:
-    """An inbox incident with a final status and no recorded stop is a half-done ``selfheal
-    archive``: looping it would verify an incident someone already closed."""
-    status, incident_id = run.status, run.incident_id
-    if status not in TERMINAL or run.pending() is not None:
-        return
-    raise RefusedError(
-        f"incident {incident_id} is {status} but still in {INBOX_DIR} (an interrupted archive): "
-        f"run `selfheal archive {incident_id} --as {status}` to finish it"
-    )
-
-
-# --------------------------------------------------------------------------- selections
+    def __call__(self, *, incident_id: str, iteration: int, store: Store, plan: Plan, last_attempt: Optional[Attempt],
+                 observations: Sequence[policy.Observation]) -> Optional[RepairBlock]: ...
 
 
 def selection_nodeids(plan: Plan, incident: Incident, argvs: Sequence[Sequence[str]]) -> list[str]:
@@ -174,26 +150,11 @@ def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: E
             raise
 
 
-# --------------------------------------------------------------------------- the loop
-
-
-def run_loop(
-    store: Store,
-    incident_id: str,
-    *,
-    effective: EffectiveConfig,
-    project_root: Path,
-    provider: Optional[Provider] = None,
-    approve: bool = False,
-    out: Optional[Callable[[str], None]] = None,
-    unattended: Optional[bool] = None,
-    env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Rule] = (),
-    verifier: Verifier = run_selection,
-    incident: Optional[Incident] = None,
-    shown: bool = False,
-    state: Optional[LoopRun] = None,
-) -> LoopResult:
+def run_loop(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
+             provider: Optional[Provider] = None, approve: bool = False, out: Optional[Callable[[str], None]] = None,
+             unattended: Optional[bool] = None, env: Optional[Mapping[str, str]] = None,
+             hook_rules: Sequence[Rule] = (), verifier: Verifier = run_selection, incident: Optional[Incident] = None,
+             shown: bool = False, state: Optional[LoopRun] = None) -> LoopResult:
     """Run (or resume) the loop of one incident until it stops; returns the run result.
 
     Refuses (``RefusedError``, exit 5) an archived incident, a second loop on it and commands
@@ -220,13 +181,19 @@ def run_loop(
             with store.lock():
                 state.refresh()
             run = state
-        _refuse_interrupted_archive(run)
+        if run.status in TERMINAL and run.pending() is None:
+            # A final status and no recorded stop: a half-done `selfheal archive` someone closed.
+            raise RefusedError(
+                f"incident {incident_id} is {run.status} but still in {INBOX_DIR} (an interrupted archive): "
+                f"run `selfheal archive {incident_id} --as {run.status}` to finish it")
+        # The keys in force at the capture judge the incident (a later edit is reported).
+        judged, edited_keys = judged_config(effective, run.incident)
+        if edited_keys:
+            say(edited_keys)
+        loop = _Loop(run, judged, Path(project_root), env, rules_for_run(judged.settings.classification_rules,
+                                                                          hook_rules), verifier, cancel)
         try:
-            return _drive(
-                run, effective=effective, project_root=Path(project_root), provider=provider,
-                approve=approve, unattended=unattended, say=say, state=cancel, env=env, hook_rules=hook_rules,
-                verifier=verifier, shown=shown,
-            )
+            return _drive(loop, provider=provider, approve=approve, unattended=unattended, say=say, shown=shown)
         except (Interrupted, KeyboardInterrupt):
             cancel.requested = True
             _cancel(store, incident_id, effective=effective, project_root=Path(project_root), say=say)
@@ -250,32 +217,30 @@ def _cancel(store: Store, incident_id: str, *, effective: EffectiveConfig, proje
     say(status_line(decision, pol, incident_id=incident_id))
 
 
-def _drive(
-    run: LoopRun,
-    *,
-    effective: EffectiveConfig,
-    project_root: Path,
-    provider: Optional[Provider],
-    approve: bool,
-    unattended: bool,
-    say: Callable[[str], None],
-    state: CancelState,
-    env: Optional[Mapping[str, str]],
-    hook_rules: Sequence[Rule],
-    verifier: Verifier,
-    shown: bool,
-) -> LoopResult:
+@dataclass
+class _Loop:
+    """What every iteration of one loop run works with."""
+
+    run: LoopRun
+    effective: EffectiveConfig  # under the incident's judging keys
+    project_root: Path
+    env: Optional[Mapping[str, str]]
+    rules: Sequence[Rule]  # the classification rules, pytest hooks' included
+    verifier: Verifier
+    cancel: CancelState
+
+
+def _drive(loop: _Loop, *, provider: Optional[Provider], approve: bool, unattended: bool,
+           say: Callable[[str], None], shown: bool) -> LoopResult:
+    run, effective, project_root, state = loop.run, loop.effective, loop.project_root, loop.cancel
     store, incident_id, incident = run.store, run.incident_id, run.incident
-    # The keys in force at the capture judge the incident (a later edit is reported).
-    effective, edited_keys = judged_config(effective, incident)
-    if edited_keys:
-        say(edited_keys)
     pol = policy.LoopPolicy.from_settings(effective.settings)
 
-    def close(decision: Decision) -> LoopResult:
+    def close(decision: Decision, final: bool = True) -> LoopResult:
         result = finalize(run, decision, effective=effective, project_root=project_root)
         say(status_line(decision, pol, incident_id=incident_id))
-        say(_final_line(incident_id, result))
+        if final:
+            say(_final_line(incident_id, result))
         return result
 
     with store.lock():
@@ -286,7 +251,8 @@ def _drive(
         plan = ensure_plan(run)
     if localisation.wanted(run.incident, effective, len(run.attempts), read=provider is not None or shown):
         # Before any repair provider reads the plan: its suspects ranked by a spectrum.
-        plan = localisation.localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
+        plan = localisation.localise(run, plan=plan, effective=effective, project_root=project_root, env=loop.env,
+                                     say=say)
         incident = run.incident
 
     argvs = _plan_argvs(plan, incident, effective)
@@ -296,11 +262,8 @@ def _drive(
         pol, nodeids or [COLLECTION_KEY], tdd_nodeids=incident.tdd_nodeids, unattended=unattended, approved=approve
     )
     if selection.refused is not None:
-        iteration = len(run.split()[1])
-        decision = policy.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.", iteration)
-        result = finalize(run, decision, effective=effective, project_root=project_root)
-        say(status_line(decision, pol, incident_id=incident_id))
-        return result
+        return close(policy.open_stop(StopReason.DISABLED, f"The loop did not run: {selection.refused}.",
+                                      len(run.split()[1])), final=False)
     argvs = _exclude_from_argvs(argvs, selection.excluded)
     nodeids = [n for n in nodeids if n not in selection.excluded]
     check_commands(run, argvs, effective=effective, project_root=project_root)
@@ -317,18 +280,11 @@ def _drive(
         state.check()
         observations = run.observations()
         baseline, this_run = run.split()
-        next_number = run.next_iteration
         repair: Optional[RepairBlock] = None
         if provider is not None:
             with state.interruptible():
-                repair = provider(
-                    incident_id=incident_id,
-                    iteration=next_number,
-                    store=store,
-                    plan=plan,
-                    last_attempt=this_run[-1] if this_run else None,
-                    observations=list(observations),
-                )
+                repair = provider(incident_id=incident_id, iteration=run.next_iteration, store=store, plan=plan,
+                                  last_attempt=this_run[-1] if this_run else None, observations=list(observations))
         verify_cwd = Path(repair.worktree) if repair is not None and repair.worktree else project_root
         prefix = iteration_prefix(incident_id, len(observations), pol.max_iterations)
         known = _unchanged_since(run, this_run if this_run or baseline is None else None, observations, repair,
@@ -351,15 +307,9 @@ def _drive(
             say(f"{prefix}: running {'; '.join(command_shown(a) for a in argvs)}"
                 + (f" (from {incident.invocation_dir}/)" if incident.invocation_dir else ""))
             kill_point("iteration:before_verify")
-            outcome = _verify_and_record(
-                run, argvs=argvs, nodeids=nodeids, cwd=verify_cwd, effective=effective, project_root=project_root,
-                repair=repair, state=state, env=env, hook_rules=hook_rules, verifier=verifier,
-            )
-        for warning in outcome.warnings:
-            say(f"selfheal: warning: {warning}")
-        say(outcome.status_line)
-        for note in outcome.notes:
-            say(note)
+            outcome = _verify_and_record(loop, argvs, nodeids, cwd=verify_cwd, repair=repair)
+        for line in outcome.lines:
+            say(line)
         if outcome.run_result is not None:
             say(_final_line(incident_id, outcome.run_result))
             return outcome.run_result
@@ -370,7 +320,7 @@ def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Dec
     is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
     incident = run.incident
     observations = run.observations()
-    started = run_started(run.attempts, run.reopened)
+    started = run.started()
     pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
                  known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
     # A reopen is the user saying "the environment is fixed" or "it fails again": a
@@ -383,13 +333,8 @@ def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Dec
     return None
 
 
-def _unchanged_since(
-    run: LoopRun,
-    attempts: Optional[Sequence[Attempt]],
-    observations: Sequence[policy.Observation],
-    repair: Optional[RepairBlock],
-    cwd: Path,
-) -> Optional[tuple[dict[str, str], list[Failure]]]:
+def _unchanged_since(run: LoopRun, attempts: Optional[Sequence[Attempt]], observations: Sequence[policy.Observation],
+                     repair: Optional[RepairBlock], cwd: Path) -> Optional[tuple[dict[str, str], list[Failure]]]:
     """The last known outcomes and failures when a repair call left the code exactly as the
     previous observation saw it (rolled back, or nothing changed), else None: verify.
     ``attempts``: this loop run's, None after a reopen or a replan (its first iteration verifies)."""
@@ -402,27 +347,13 @@ def _unchanged_since(
     return dict(previous.outcomes), list(entries)
 
 
-def _verify_and_record(
-    run: LoopRun,
-    *,
-    argvs: Sequence[Sequence[str]],
-    nodeids: Sequence[str],
-    cwd: Path,
-    effective: EffectiveConfig,
-    project_root: Path,
-    repair: Optional[RepairBlock],
-    state: CancelState,
-    env: Optional[Mapping[str, str]],
-    hook_rules: Sequence[Rule],
-    verifier: Verifier,
-) -> IterationOutcome:
+def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Sequence[str], *, cwd: Path,
+                       repair: Optional[RepairBlock]) -> IterationOutcome:
     """One iteration in ``cwd``: the diff hash (in a thread, while the tests run), every
     verification command, observe, the seal and the regression check, then :func:`record_iteration`."""
-    settings = effective.settings
-    redactor = effective.redactor
-    incident = run.incident
+    run, effective, env, rules, verifier, state = loop.run, loop.effective, loop.env, loop.rules, loop.verifier, loop.cancel
+    settings, incident = effective.settings, run.incident
     invocation_dir = start_dir(cwd, incident.invocation_dir)
-    rules = rules_for_run(settings.classification_rules, hook_rules)
     started = utcnow()
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
     outcomes: dict[str, str] = {}
@@ -437,7 +368,7 @@ def _verify_and_record(
                                timeout_seconds=settings.verification.timeout_seconds, env=env, invocation_dir=invocation_dir,
                                selection_file=run.store.selection_file(run.incident_id, index))
             got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
-                                  redactor=redactor)
+                                  redactor=effective.redactor)
             outcomes.update(got)
             failures.extend(failed)
             duration += ran.duration_seconds
@@ -453,49 +384,26 @@ def _verify_and_record(
             regression = check_incident(
                 run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
                 failed=bool(failures) or timed_out, env=env, rules=rules,
-                captured_tree=project_root if repair is not None else None)
+                captured_tree=loop.project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
-    # The first failing command's code (None: timed out or could not start), else 0.
-    exit_code = next((c for c in codes if c != 0), 0) if codes else None
     kill_point("iteration:after_verify")
-    finished = utcnow()
     outcome = record_iteration(
-        run,
-        effective=effective,
-        outcomes=outcomes,
-        failures=failures,
-        diff_hash=tree_hash,
-        started_at=stamp(started),
-        finished_at=stamp(finished),
-        mode="repair" if repair is not None else "verify",
+        run, effective=effective, outcomes=outcomes, failures=failures, diff_hash=tree_hash,
+        started_at=stamp(started), finished_at=stamp(utcnow()), mode="repair" if repair is not None else "verify",
         verification_commands=[_command_text(a) for a in argvs],
-        exit_code=exit_code,
-        timed_out=timed_out,
-        repair=repair,
-        project_root=project_root,
-        duration_seconds=duration,
-        tests_edited=changes.tests,
-        harness_changed=changes.harness,
-        regression=regression,
+        # The first failing command's code (None: timed out or could not start), else 0.
+        exit_code=next((c for c in codes if c != 0), 0) if codes else None, timed_out=timed_out, repair=repair,
+        project_root=loop.project_root, duration_seconds=duration, tests_edited=changes.tests,
+        harness_changed=changes.harness, regression=regression,
     )
     if not outcome.closed:
         state.check()  # a signal that arrived while recording cancels now, between iterations
-    return dataclasses.replace(outcome, status_line=naming_changes(
-        outcome.status_line, outcome.decision.stop_reason if outcome.decision else None, changes.harness,
-        [*(repair.tests_edited if repair is not None else ()), *changes.tests]))
+    return outcome
 
 
-def verify_iteration(
-    store: Store,
-    incident_id: str,
-    *,
-    effective: EffectiveConfig,
-    project_root: Path,
-    repair: Optional[RepairBlock] = None,
-    env: Optional[Mapping[str, str]] = None,
-    hook_rules: Sequence[Rule] = (),
-    verifier: Verifier = run_selection,
-) -> IterationOutcome:
+def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
+                     env: Optional[Mapping[str, str]] = None, hook_rules: Sequence[Rule] = (),
+                     verifier: Verifier = run_selection) -> IterationOutcome:
     """Run ONE iteration now, without the loop lock, signal handling or pre-checks (for
     embedding: benchmarks); :func:`run_loop` is the full driver."""
     run = LoopRun.resume(store, incident_id)
@@ -504,10 +412,9 @@ def verify_iteration(
     effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)
     check_commands(run, argvs, effective=effective, project_root=project_root)
-    return _verify_and_record(
-        run, argvs=argvs, nodeids=selection_nodeids(plan, incident, argvs), cwd=project_root, effective=effective,
-        project_root=project_root, repair=repair, state=CancelState(), env=env, hook_rules=hook_rules, verifier=verifier,
-    )
+    loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, hook_rules),
+                 verifier, CancelState())
+    return _verify_and_record(loop, argvs, selection_nodeids(plan, incident, argvs), cwd=project_root, repair=None)
 
 
 def _final_line(incident_id: str, result: LoopResult) -> str:

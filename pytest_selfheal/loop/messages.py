@@ -33,14 +33,8 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def continue_message(
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    iteration: int,
-    progress: Decision,
-    retry: bool,
-    no_fixes: int,
-) -> str:
+def continue_message(policy: LoopPolicy, observations: Sequence[Observation], iteration: int, progress: Decision,
+                     retry: bool, no_fixes: int) -> str:
     left = policy.max_iterations - iteration
     if retry:
         return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
@@ -58,23 +52,8 @@ def continue_message(
     return f"Iteration {iteration} made no progress yet; continuing ({plural(left, 'iteration')} left)."
 
 
-def changed_summary(names: Sequence[str]) -> str:
-    """``pytest.ini: addopts, tests/__init__.py and 2 more``: what changed since the capture."""
-    return first_few(names)
-
-
-def stop_message(
-    reason: str,
-    policy: LoopPolicy,
-    observations: Sequence[Observation],
-    iteration: int,
-    same: int,
-    streak: int,
-    timeouts: int,
-    no_fixes: int,
-    elapsed: float,
-    unverified: int = 0,
-) -> str:
+def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observation], iteration: int, same: int,
+                 streak: int, timeouts: int, no_fixes: int, elapsed: float, unverified: int = 0) -> str:
     """The sentence of a stop for ``reason`` (its row's template), naming the counts that triggered it."""
     cur = observations[-1] if observations else None
     flaky = flaky_tests(observations)
@@ -101,8 +80,8 @@ def stop_message(
         "flaky_note": f"; flaky (passed without a code change): {first_few(flaky)}" if flaky else "",
         "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
-        "changes": changed_summary(cur.harness_changed if cur is not None else ()),
-        "edited": changed_summary(cur.tests_edited if cur is not None else ()),
+        "changes": first_few(cur.harness_changed if cur is not None else ()),
+        "edited": first_few(cur.tests_edited if cur is not None else ()),
         "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]) if cur is not None else "",
     }
     return stop_facts(reason).message.format_map(values)
@@ -185,16 +164,9 @@ def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str,
     return oid, label, command
 
 
-def decision_point(
-    decision: Decision,
-    observations: Sequence[Observation],
-    policy: LoopPolicy,
-    *,
-    incident_id: Optional[str] = None,
-    failure_signature: Optional[str] = None,
-    pending_scope_files: Sequence[str] = (),
-    patch_proposed: bool = True,
-) -> DecisionPoint:
+def decision_point(decision: Decision, observations: Sequence[Observation], policy: LoopPolicy, *,
+                   incident_id: Optional[str] = None, failure_signature: Optional[str] = None,
+                   patch_proposed: bool = True) -> DecisionPoint:
     """The decision point written at every stop: its options per stop reason (one that
     applies a patch only when a repair proposed one: ``patch_proposed``)."""
     if decision.stop_reason is None:
@@ -204,22 +176,14 @@ def decision_point(
                   if patch_proposed or not (option[2] or "").startswith("selfheal apply"))
     if decision.final_status in (FinalStatus.RESOLVED, FinalStatus.ESCALATED):
         table = tuple(_archived_option(*option) for option in table)
-    options = tuple(
-        option_record(oid, label, command.format(id=ident) if command is not None else None)
-        for oid, label, command in table
-    )
-    fingerprint = next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None)
+    options = tuple(option_record(oid, label, command.format(id=ident) if command is not None else None)
+                    for oid, label, command in table)
     context = DecisionContext(
-        iteration=decision.iteration,
-        remaining=max(0, policy.max_iterations - decision.iteration),
-        failure_signature=failure_signature,
-        fingerprint=fingerprint,
-        pending_scope_files=tuple(pending_scope_files),
-        keys=_CONTEXT_KEYS,
-    )
-    return DecisionPoint(
-        reason=decision.stop_reason, message=decision.message, options=options, context=context, keys=_POINT_KEYS
-    )
+        iteration=decision.iteration, remaining=max(0, policy.max_iterations - decision.iteration),
+        failure_signature=failure_signature, keys=_CONTEXT_KEYS,
+        fingerprint=next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None))
+    return DecisionPoint(reason=decision.stop_reason, message=decision.message, options=options, context=context,
+                         keys=_POINT_KEYS)
 
 
 def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
@@ -272,7 +236,7 @@ def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]
         else ()
     if not changed:
         return line
-    return Line(f"{line} ({changed_summary(changed)} changed since the capture)", stop_tone(stop_reason))
+    return Line(f"{line} ({first_few(changed)} changed since the capture)", stop_tone(stop_reason))
 
 
 # --------------------------------------------------------------------------- tests without a verdict

@@ -8,9 +8,9 @@ transparent to the progress, repeat and no-progress counters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.config.keys import Settings
 from pytest_selfheal.errors import InputError
@@ -111,17 +111,40 @@ class LoopPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopPolicy:
-        return cls(
-            enabled=settings.enabled,
-            max_iterations=settings.max_iterations,
-            error_fingerprint_repeats=settings.error_fingerprint_repeats,
-            no_progress_repeats=settings.no_progress_repeats,
-            auto_replan_on_no_progress=settings.auto_replan_on_no_progress,
-            max_runtime_minutes=None if settings.max_runtime_minutes is None else float(settings.max_runtime_minutes),
-            auto_tasks=settings.apply_to.auto_tasks,
-            autonomous_plans=settings.apply_to.autonomous_plans,
-            tdd_tasks=settings.apply_to.tdd_tasks,
-        )
+        budget, apply_to = settings.max_runtime_minutes, settings.apply_to
+        return cls(settings.enabled, settings.max_iterations, settings.error_fingerprint_repeats,
+                   settings.no_progress_repeats, settings.auto_replan_on_no_progress,
+                   None if budget is None else float(budget), apply_to.auto_tasks, apply_to.autonomous_plans,
+                   apply_to.tdd_tasks)
+
+
+@dataclass(frozen=True)
+class LoopSelection:
+    """Which failing tests the loop may verify, and whether it may run at all."""
+
+    nodeids: tuple[str, ...]  # what the loop verifies
+    excluded: tuple[str, ...]  # failing tests left out by apply_to
+    refused: Optional[str]  # why the loop must not run (the driver stops with `disabled`); None = run
+
+
+def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: Collection[str] = (),
+                   unattended: bool = False, approved: bool = False) -> LoopSelection:
+    """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
+    is expected to fail until its feature exists)."""
+    tdd = set(tdd_nodeids)
+    keep: list[str] = []
+    excluded: list[str] = []
+    for nodeid in nodeids:
+        allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
+        (keep if allowed else excluded).append(nodeid)
+    refused: Optional[str] = None
+    if not policy.enabled:
+        refused = "the loop is disabled (ralf_lite.enabled is false)"
+    elif unattended and not approved and not policy.autonomous_plans:
+        refused = "unattended loops are disabled (ralf_lite.apply_to.autonomous_plans is false); pass --approve"
+    elif not keep:
+        refused = "every failing test is excluded by ralf_lite.apply_to (auto_tasks/tdd_tasks)"
+    return LoopSelection(tuple(keep), tuple(excluded), refused)
 
 
 @dataclass(frozen=True)
@@ -416,9 +439,14 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
             raise InputError(f"incident.json: failures[{index}] needs a nodeid/test and a fingerprint")
         outcome = failure.outcome or OUTCOME_FAILED
         outcomes[nodeid] = outcome if outcome in FAILING_OUTCOMES else OUTCOME_FAILED
-    fingerprints = tuple(f.fingerprint for f in incident.failures)
-    types = tuple(f.failure_type or "UNKNOWN" for f in incident.failures)
-    return Observation(0, outcomes, fingerprints, types, diff_hash, environment=environment_of(incident.failures))
+    return observed(0, outcomes, incident.failures, diff_hash)
+
+
+def observed(iteration: int, outcomes: Mapping[str, str], failures: Sequence[Failure], diff_hash: Optional[str],
+              **more: Any) -> Observation:
+    return Observation(iteration, outcomes, tuple(f.fingerprint for f in failures),
+                       tuple(f.failure_type or "UNKNOWN" for f in failures), diff_hash,
+                       environment=environment_of(failures), **more)
 
 
 def environment_of(failures: Sequence[Failure]) -> Optional[str]:
@@ -438,21 +466,13 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
     for index, failure in enumerate(attempt.failures):
         if not failure.fingerprint:
             raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")
+    repair = attempt.repair
     try:
-        return Observation(
-            iteration=attempt.iteration,
-            outcomes=dict(attempt.outcomes),
-            fingerprints=tuple(f.fingerprint for f in attempt.failures),
-            failure_types=tuple(f.failure_type or "UNKNOWN" for f in attempt.failures),
-            diff_hash=attempt.diff_hash,
-            timed_out=bool(attempt.timed_out),
-            repair_result=(attempt.repair.result or None) if attempt.repair is not None else None,
-            scope_denied=bool(attempt.scope_denied),
-            tests_edited=tuple(attempt.tests_edited),
-            harness_changed=tuple(attempt.harness_changed),
-            provider_escaped=bool(attempt.repair is not None and attempt.repair.get_extra(StopReason.PROVIDER_ESCAPED)),
-            environment=environment_of(attempt.failures),
-            regressions=tuple(attempt.regressions),
-        )
+        return observed(
+            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash,
+            timed_out=bool(attempt.timed_out), repair_result=(repair.result or None) if repair is not None else None,
+            scope_denied=bool(attempt.scope_denied), tests_edited=tuple(attempt.tests_edited),
+            harness_changed=tuple(attempt.harness_changed), regressions=tuple(attempt.regressions),
+            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)))
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

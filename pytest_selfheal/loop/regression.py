@@ -86,19 +86,20 @@ class RegressionCheck:
 
 
 
+def _broke(fixed: Sequence[str], broken: Sequence[str]) -> str:
+    # Bounded for one line (the attempt and the report keep them all).
+    def named(nodeids: Sequence[str]) -> str:
+        return first_few([f"`{short_name(n)}`" for n in nodeids])
+    return (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(broken)}"
+
+
 def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
     """An attempt's regression check in words for the MCP verdict and the gate; "" when none ran."""
     if tests_run is None:
         return ""
     if not broken:
         return f"the regression check ran {tests_run} test(s): nothing broken"
-    head = f"fixed {_named(fixed)}; " if fixed else "the selection passes; "
-    return f"{head}broke {_named(broken)} (the regression check ran {tests_run} test(s))"
-
-
-def _named(nodeids: Sequence[str]) -> str:
-    # Bounded for one line (the attempt and the report keep them all).
-    return first_few([f"`{short_name(n)}`" for n in nodeids])
+    return f"{_broke(fixed, broken)} (the regression check ran {tests_run} test(s))"
 
 
 def short_name(nodeid: str) -> str:
@@ -109,13 +110,9 @@ def short_name(nodeid: str) -> str:
 def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionCheck) -> str:
     """What the repair fixed and what it broke, in one line."""
     if check.broken:
-        head = (f"fixed {_named(fixed)}; " if fixed else "the selection passes; ") + f"broke {_named(check.broken)}"
-        return f"selfheal: incident {incident_id}: {head} ({check.ran_text()})"
+        return f"selfheal: incident {incident_id}: {_broke(fixed, check.broken)} ({check.ran_text()})"
     found = "it hit its time budget (verification.regression_budget_seconds)" if check.timed_out else "nothing broken"
     return f"selfheal: incident {incident_id}: {check.ran_text()}: {found}"
-
-
-# --------------------------------------------------------------------------- what the change touched
 
 
 def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
@@ -352,9 +349,6 @@ def spectrum_reach(tree: Path, commit: Optional[str], changed: Sequence[str],
             and (tree / nodeid.split("::", 1)[0]).is_file()}
 
 
-# --------------------------------------------------------------------------- running
-
-
 def nodeid_of(case: models.TestCaseResult, root: Path) -> str:
     """The node id of a junit testcase: the longest prefix of its classname that is a file."""
     parts = case.classname.split(".") if case.classname else []
@@ -385,17 +379,15 @@ class RunOutcomes:
         return {n: o for n, o in self.outcomes.items() if not words or covers(words, [n])}
 
 
-@dataclass(frozen=True)
-class _Ran:
-    outcomes: dict[str, str]  # node id -> outcome
-    failures: dict[str, models.Failure]  # node id -> failure
-    timed_out: bool
-
-
 @contextmanager
-def captured_code(tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
+def captured_code(tree: Path, commit: Optional[str], scratch: Path,
+                  captured_tree: Optional[Path] = None) -> Iterator[Optional[Path]]:
     """The capture's commit checked out in a detached worktree (no hook runs), at the place
-    of ``tree`` in it; None when it cannot be. Removed after."""
+    of ``tree`` in it; None when it cannot be. Removed after. ``captured_tree``: where the
+    captured code already is, when it is not ``tree``."""
+    if captured_tree is not None and Path(captured_tree).resolve() != Path(tree).resolve():
+        yield captured_tree
+        return
     if not commit:
         yield None
         return
@@ -421,29 +413,14 @@ def captured_code(tree: Path, commit: Optional[str], scratch: Path) -> Iterator[
                 pass
 
 
-def check_regressions(
-    *,
-    mode: str,
-    incident: Incident,
-    tree: Path,
-    runner: Verifier,
-    base_argv: Sequence[str],
-    trusted: Sequence[str],
-    whole_command: Sequence[str],
-    selection: Collection[str],
-    budget_seconds: float,
-    commit: Optional[str],
-    captured_tree: Optional[Path] = None,
-    clean_capture: bool = True,
-    env: Optional[Mapping[str, str]] = None,
-    invocation_dir: Optional[Path] = None,
-    selection_file: Optional[Path] = None,
-    rules: Sequence[Rule] = (),
-    redactor: Optional[Redactor] = None,
-    skip: Collection[Path] = (),
-    spectrum: Mapping[str, Collection[FunctionKey]] = {},
-    this_run: Optional[RunOutcomes] = None,
-) -> Optional[RegressionCheck]:
+def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Verifier, base_argv: Sequence[str],
+                      trusted: Sequence[str], whole_command: Sequence[str], selection: Collection[str],
+                      budget_seconds: float, commit: Optional[str], captured_tree: Optional[Path] = None,
+                      clean_capture: bool = True, env: Optional[Mapping[str, str]] = None,
+                      invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None,
+                      rules: Sequence[Rule] = (), redactor: Optional[Redactor] = None, skip: Collection[Path] = (),
+                      spectrum: Mapping[str, Collection[FunctionKey]] = {},
+                      this_run: Optional[RunOutcomes] = None) -> Optional[RegressionCheck]:
     """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
 
     ``trusted``: appended like to every verification command; ``whole_command``: the
@@ -480,7 +457,8 @@ def check_regressions(
     from_run = len(outcomes)
     failures: dict[str, models.Failure] = {}
 
-    def run(argv_words: Sequence[str], cwd: Path, name: str, scratch: Path) -> _Ran:
+    def run(argv_words: Sequence[str], cwd: Path, name: str, scratch: Path) -> dict[str, str]:
+        """The outcome of each test it ran (their failures kept); ``_OutOfTime`` on the budget's end."""
         start = invocation_dir
         if invocation_dir is not None and cwd != tree:
             start = cwd / Path(invocation_dir).resolve().relative_to(Path(tree).resolve())
@@ -489,69 +467,62 @@ def check_regressions(
                      timeout_seconds=max(1.0, budget_seconds - (time.monotonic() - started)), env=env,
                      invocation_dir=start, selection_file=selection_file)
         if ran.timed_out:
-            return _Ran({}, {}, True)
+            raise _OutOfTime
         cases = read_cases(junit, redactor)
         by_test = {case.test: nodeid_of(case, cwd) for case in cases}
-        found = {by_test.get(f.test, f.test): f for f in failures_from_cases(cases, extra_rules=rules)}
-        return _Ran({by_test[case.test]: case.outcome for case in cases},
-                    {nodeid: replace(f, nodeid=nodeid) for nodeid, f in found.items()}, False)
+        for failure in failures_from_cases(cases, extra_rules=rules):
+            nodeid = by_test.get(failure.test, failure.test)
+            failures[nodeid] = replace(failure, nodeid=nodeid)
+        return {by_test[case.test]: case.outcome for case in cases}
 
-    def out_of_time() -> RegressionCheck:
-        return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
-
-    with tempfile.TemporaryDirectory(prefix="selfheal-regression-") as tmp:
-        scratch = Path(tmp)
-        if child is not None:
-            ran = run(child, tree, "check", scratch)
-            if ran.timed_out:
-                return out_of_time()
-            outcomes.update(ran.outcomes)
-            failures.update(ran.failures)
-        candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
-        if not candidates:
-            return RegressionCheck(len(outcomes), scope=scope, from_run=from_run)
-        # Fails again? A pass on the re-run is a flaky test's, never the change's fault. A test
-        # that passes alone runs again as the check ran it: beside the modules a change patches
-        # (``json.loads = …``) it can fail every time.
-        flaky: tuple[str, ...] = tuple(candidates)
-        runs = 1
-        for selection in (candidates, words):
-            again = run(selection, tree, "rerun", scratch)
-            if again.timed_out:
-                return out_of_time()
-            failures.update(again.failures)
-            flaky = tuple(n for n in flaky if again.outcomes.get(n) == models.OUTCOME_PASSED)
-            runs += 1
-            if not flaky:
-                break
-        failing = [n for n in candidates if n not in flaky]
-        preexisting: tuple[str, ...] = ()
-        intermittent: list[str] = []  # flaky under the change only: passed every run on the captured code
-        with _captured(captured_tree, tree, commit if clean_capture else None, scratch) as base:
-            if base is not None and failing:
-                before = run(failing, base, "captured", scratch)
-                if before.timed_out:
-                    return out_of_time()
-                preexisting = tuple(n for n in failing if before.outcomes.get(n) in models.FAILING_OUTCOMES)
-            # A pass on a re-run makes a test flaky only if the captured code fails it too, now
-            # and then: a change can make a stable neighbour fail one run in three.
-            steady = list(flaky)
-            for index in range(CAPTURED_RERUNS):
-                if base is None or not steady:
+    try:
+        with tempfile.TemporaryDirectory(prefix="selfheal-regression-") as tmp:
+            scratch = Path(tmp)
+            if child is not None:
+                outcomes.update(run(child, tree, "check", scratch))
+            candidates = sorted(n for n, o in outcomes.items() if o in models.FAILING_OUTCOMES and not theirs(n))
+            if not candidates:
+                return RegressionCheck(len(outcomes), scope=scope, from_run=from_run)
+            # Fails again? A pass on the re-run is a flaky test's, never the change's fault. A test
+            # that passes alone runs again as the check ran it: beside the modules a change patches
+            # (``json.loads = …``) it can fail every time.
+            flaky: tuple[str, ...] = tuple(candidates)
+            runs = 1
+            for selection in (candidates, words):
+                again = run(selection, tree, "rerun", scratch)
+                flaky = tuple(n for n in flaky if again.get(n) == models.OUTCOME_PASSED)
+                runs += 1
+                if not flaky:
                     break
-                before = run(steady, base, f"captured_{index}", scratch)
-                if before.timed_out:
-                    return out_of_time()
-                steady = [n for n in steady if before.outcomes.get(n) not in models.FAILING_OUTCOMES]
-            on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code" if base is not None
-                           else "the captured code could not be run")
-            intermittent = [f"`{short_name(n)}` became intermittent under the change: failed 1 of {runs}, {on_captured}"
-                            for n in steady]
-            flaky = tuple(n for n in flaky if n not in steady)
-            failing += steady
-        broken = tuple(n for n in failing if n not in preexisting)
-        return RegressionCheck(len(outcomes), broken, tuple(failures[n] for n in broken if n in failures),
-                               flaky, preexisting, scope, intermittent=tuple(intermittent), from_run=from_run)
+            failing = [n for n in candidates if n not in flaky]
+            preexisting: tuple[str, ...] = ()
+            with captured_code(tree, commit if clean_capture else None, scratch, captured_tree) as base:
+                if base is not None and failing:
+                    before = run(failing, base, "captured", scratch)
+                    preexisting = tuple(n for n in failing if before.get(n) in models.FAILING_OUTCOMES)
+                # A pass on a re-run makes a test flaky only if the captured code fails it too, now
+                # and then: a change can make a stable neighbour fail one run in three.
+                steady = list(flaky)
+                for index in range(CAPTURED_RERUNS):
+                    if base is None or not steady:
+                        break
+                    before = run(steady, base, f"captured_{index}", scratch)
+                    steady = [n for n in steady if before.get(n) not in models.FAILING_OUTCOMES]
+                on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code"
+                               if base is not None else "the captured code could not be run")
+    except _OutOfTime:
+        return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+    # Flaky under the change only: passed every run on the captured code.
+    intermittent = tuple(f"`{short_name(n)}` became intermittent under the change: failed 1 of {runs}, {on_captured}"
+                         for n in steady)
+    broken = tuple(n for n in [*failing, *steady] if n not in preexisting)
+    return RegressionCheck(len(outcomes), broken, tuple(failures[n] for n in broken if n in failures),
+                           tuple(n for n in flaky if n not in steady), preexisting, scope, intermittent=intermittent,
+                           from_run=from_run)
+
+
+class _OutOfTime(Exception):
+    """The check hit its time budget (verification.regression_budget_seconds)."""
 
 
 def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:
@@ -572,20 +543,10 @@ def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: P
     return words
 
 
-def check_incident(
-    store: Store,
-    incident: Incident,
-    *,
-    effective: EffectiveConfig,
-    tree: Path,
-    runner: Verifier,
-    outcomes: Mapping[str, str],
-    failed: bool = False,
-    captured_tree: Optional[Path] = None,
-    env: Optional[Mapping[str, str]] = None,
-    rules: Sequence[Rule] = (),
-    this_run: Optional[RunOutcomes] = None,
-) -> Optional[RegressionCheck]:
+def check_incident(store: Store, incident: Incident, *, effective: EffectiveConfig, tree: Path, runner: Verifier,
+                   outcomes: Mapping[str, str], failed: bool = False, captured_tree: Optional[Path] = None,
+                   env: Optional[Mapping[str, str]] = None, rules: Sequence[Rule] = (),
+                   this_run: Optional[RunOutcomes] = None) -> Optional[RegressionCheck]:
     """:func:`check_regressions` of ``incident`` with its recorded capture and the keys that
     judge it, when the iteration's selection passes (``failed``: a failure or a timeout besides)."""
     settings = effective.settings.verification
@@ -642,12 +603,3 @@ def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args
         return None
     capture = capture_words(context.invocation_args, context.cwd, tree)
     return None if covers(capture_words(run_args, str(run_dir), tree), capture) else capture
-
-
-@contextmanager
-def _captured(captured_tree: Optional[Path], tree: Path, commit: Optional[str], scratch: Path) -> Iterator[Optional[Path]]:
-    if captured_tree is not None and Path(captured_tree).resolve() != Path(tree).resolve():
-        yield captured_tree
-        return
-    with captured_code(tree, commit, scratch) as path:
-        yield path

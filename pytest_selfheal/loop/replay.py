@@ -6,12 +6,11 @@ from the files (:func:`state_from_disk`): ``selfheal replay ID`` compares the tw
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Optional, Union
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
-from pytest_selfheal.loop.resume import verification_event
-from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records
+from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records, verification_event
 from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
@@ -30,12 +29,9 @@ from pytest_selfheal.store.root import Store
 def _iteration_entry(record: Event) -> ReplayIteration:
     fingerprints = record.get("fingerprints")
     return ReplayIteration(
-        iteration=record.get("iteration"),
-        verification_passed=bool(record.get("verification_passed", False)),
+        iteration=record.get("iteration"), verification_passed=bool(record.get("verification_passed", False)),
         fingerprints=tuple(str(f) for f in fingerprints) if isinstance(fingerprints, list) else (),
-        result=record.get("result"),
-        stop_reason=record.get("stop_reason"),
-    )
+        result=record.get("result"), stop_reason=record.get("stop_reason"))
 
 
 def _stop_in_force(
@@ -52,29 +48,15 @@ def _stop_in_force(
     return None
 
 
-def _state(
-    incident_id: Optional[str],
-    status: Optional[str],
-    bucket: str,
-    iterations: Sequence[ReplayIteration],
-    closing: Optional[ReplayStop],
-    archived_to: Optional[str],
-    reopened: Optional[int] = None,
-    stops: Optional[Sequence[ReplayStop]] = None,
-) -> LoopState:
+def _state(incident_id: Optional[str], status: Optional[str], bucket: str, iterations: Sequence[ReplayIteration],
+           closing: Optional[ReplayStop], archived_to: Optional[str], reopened: Optional[int] = None,
+           stops: Optional[Sequence[ReplayStop]] = None) -> LoopState:
     """The compared state; with ``stops`` (the replay's), ``loop_stops`` too."""
     stop_reason = _stop_in_force(iterations, closing, status, reopened)
     return LoopState(
-        incident_id=incident_id,
-        status=status,
-        bucket=bucket,
-        iterations=tuple(iterations),
-        stop_reason=stop_reason,
-        final_status=final_status_of(stop_reason),
-        archived_to=archived_to,
-        loop_stops=tuple(stops or ()),
-        keys=COMPARED_KEYS if stops is None else (*COMPARED_KEYS, "loop_stops"),
-    )
+        incident_id=incident_id, status=status, bucket=bucket, iterations=tuple(iterations), stop_reason=stop_reason,
+        final_status=final_status_of(stop_reason), archived_to=archived_to, loop_stops=tuple(stops or ()),
+        keys=COMPARED_KEYS if stops is None else (*COMPARED_KEYS, "loop_stops"))
 
 
 def replay(events: Sequence[Event]) -> LoopState:
@@ -128,11 +110,10 @@ def state_from_disk(store: Store, incident_id: str) -> LoopState:
 
 def disk_state(run: LoopRun) -> LoopState:
     """The compared state of a loop state held in memory (what its files say)."""
-    return _disk_state(RunRecords(run.incident_id, run.bucket, run.status, run.attempts, run.run_result),
-                       stop_history_after(run.incident))
+    return _disk_state(run, stop_history_after(run.incident))
 
 
-def _disk_state(records: RunRecords, reopened: Optional[int]) -> LoopState:
+def _disk_state(records: Union[RunRecords, LoopRun], reopened: Optional[int]) -> LoopState:
     # The data each attempt's verification_finished event holds: the same entry as the replay's.
     iterations = [_iteration_entry(verification_event(attempt)) for attempt in records.attempts]
     result = records.run_result

@@ -150,13 +150,8 @@ def _shown(argv: Sequence[str]) -> str:
     return shown if len(shown) <= 200 else shown[:197] + "..."
 
 
-def check_command(
-    argv: Sequence[str],
-    *,
-    allowlist: Sequence[str] = DEFAULT_ALLOWLIST,
-    root: Path,
-    trusted: Sequence[str] = (),
-) -> None:
+def check_command(argv: Sequence[str], *, allowlist: Sequence[str] = DEFAULT_ALLOWLIST, root: Path,
+                  trusted: Sequence[str] = ()) -> None:
     """THE check of a verification command, for every surface: an allowlisted runner and
     allowlisted arguments (:mod:`.argcheck`); ``RefusedError`` (exit 5) otherwise."""
     check_allowed(argv, allowlist)
@@ -205,30 +200,14 @@ class Verifier(Protocol):
     """Runs one verification command with its junit XML at ``junit_path``
     (:func:`run_selection` in production; all a test needs to fake a run)."""
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        junit_path: Path,
-        timeout_seconds: Optional[float],
-        env: Optional[Mapping[str, str]] = None,
-        invocation_dir: Optional[Path] = None,
-        selection_file: Optional[Path] = None,
-    ) -> VerificationRun: ...
+    def __call__(self, argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
+                 env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
+                 selection_file: Optional[Path] = None) -> VerificationRun: ...
 
 
-def run_selection(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    junit_path: Path,
-    timeout_seconds: Optional[float],
-    env: Optional[Mapping[str, str]] = None,
-    kill_grace: float = KILL_GRACE_SECONDS,
-    invocation_dir: Optional[Path] = None,
-    selection_file: Optional[Path] = None,
-) -> VerificationRun:
+def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
+                  env: Optional[Mapping[str, str]] = None, kill_grace: float = KILL_GRACE_SECONDS,
+                  invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None) -> VerificationRun:
     """Run one verification command (never through a shell) and wait for it.
 
     ``cwd`` is the rootdir; ``invocation_dir``, a folder inside it the capture ran pytest
@@ -282,27 +261,18 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
     """Remove the verification temp folders a killed loop left: only ours (a real folder
     owned by our user) whose pid is dead. Returns what was removed; never raises."""
-    base = Path(tempfile.gettempdir() if tmp is None else tmp)
     removed: list[Path] = []
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return removed
     uid = getattr(os, "getuid", lambda: None)()
-    for entry in entries:
-        if not entry.name.startswith(VERIFY_DIR_PREFIX):
-            continue
-        pid_text = entry.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid():
-            continue
+    for path in Path(tempfile.gettempdir() if tmp is None else tmp).glob(f"{VERIFY_DIR_PREFIX}*"):
+        pid = path.name[len(VERIFY_DIR_PREFIX):].split("-", 1)[0]
         try:
-            info = entry.stat(follow_symlinks=False)
+            info = path.lstat()
         except OSError:
             continue
-        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid) or _pid_alive(int(pid_text)):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
+        if pid.isdigit() and int(pid) != os.getpid() and stat.S_ISDIR(info.st_mode) \
+                and (uid is None or info.st_uid == uid) and not _pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 
@@ -380,13 +350,8 @@ def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_typ
     return analyse_case(case, (*rules, *runner_rules))[0]
 
 
-def observe(
-    run: VerificationRun,
-    selection_nodeids: Sequence[str],
-    *,
-    rules: Sequence[Rule] = (),
-    redactor: Optional[Redactor] = None,
-) -> tuple[dict[str, str], list[models.Failure]]:
+def observe(run: VerificationRun, selection_nodeids: Sequence[str], *, rules: Sequence[Rule] = (),
+            redactor: Optional[Redactor] = None) -> tuple[dict[str, str], list[models.Failure]]:
     """Outcomes per node id and the failures of one verification run. Without a usable
     junit, every selected node id is ``missing`` and ONE synthetic failure stands for the run."""
     outcomes: dict[str, str] = {}

@@ -29,7 +29,7 @@ from pytest_selfheal.config.settings import EffectiveConfig, parse_override
 from pytest_selfheal.errors import NotFoundError, RefusedError, SelfhealError, UsageError
 from pytest_selfheal.loop.agent_mode import NOT_AN_ITERATION, open_incidents, recorded_options
 from pytest_selfheal.loop.attempts import AGENT_UNCHANGED
-from pytest_selfheal.loop.messages import changed_summary, unverified_summary, unverified_tests
+from pytest_selfheal.loop.messages import unverified_summary, unverified_tests
 from pytest_selfheal.loop.policy import FLAKY
 from pytest_selfheal.loop.regression import NOT_YET_CHECKED, regression_words
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
@@ -55,7 +55,7 @@ from pytest_selfheal.names import archive_dir
 from pytest_selfheal.process import fresh_bytecode
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
-from pytest_selfheal.records.vocab import FinalStatus
+from pytest_selfheal.records.vocab import FinalStatus, first_few
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.repair.patches import apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
@@ -409,9 +409,9 @@ class Project:
             summary = self._iteration_summary(iteration_verdict, failing) + (
                 nothing if unchanged and not harness else "")
             if harness:
-                summary += f"; changed since the capture (not the code under test): {changed_summary(harness)}"
+                summary += f"; changed since the capture (not the code under test): {first_few(harness)}"
             if tests:
-                summary += f"; tests edited since the capture: {changed_summary(tests)}"
+                summary += f"; tests edited since the capture: {first_few(tests)}"
             edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
             summary += f"; {checked}" if checked else ""
             summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it

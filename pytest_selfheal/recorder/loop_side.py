@@ -16,7 +16,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot, diff_hash
 from pytest_selfheal.loop import agent_mode, sticky
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.stopped import holds_passed
+from pytest_selfheal.loop.sticky import holds_passed
 from pytest_selfheal.process import fresh_pycache
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
@@ -165,9 +165,7 @@ class LoopSide:
                 # Like with like: a run with other options, or from another directory, is no
                 # iteration of it, and leaves it stopped.
                 captured = store.read_incident(incident_id)
-                unlike = agent_mode.not_an_iteration(incident_id, agent_mode.recorded_options(captured),
-                                                     captured.invocation_dir or "", run_options,
-                                                     invocation_dir(recorder.config))
+                unlike = agent_mode.not_an_iteration(captured, run_options, invocation_dir(recorder.config))
                 if unlike is not None:
                     recorder.lines.append((ESSENTIAL, unlike))
                     continue

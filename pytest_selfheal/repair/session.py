@@ -42,8 +42,7 @@ from pytest_selfheal.loop.policy import (
     LoopPolicy,
     reopened_after,
 )
-from pytest_selfheal.loop.resume import split_runs
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, split_runs
 from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock

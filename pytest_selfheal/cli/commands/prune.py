@@ -12,7 +12,7 @@ from pytest_selfheal.cli.commands._common import (
     project_root,
     store_from_args,
 )
-from pytest_selfheal.loop.resume import parse_stamp
+from pytest_selfheal.loop.state import parse_stamp
 from pytest_selfheal.records.summary import IncidentSummary
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.reader import INBOX
