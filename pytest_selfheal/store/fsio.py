@@ -12,11 +12,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +166,30 @@ def write_new_bytes(path: PathLike, data: bytes) -> None:
         _create_synced(target, data)
     except OSError as exc:
         raise io_error("write", target, exc) from None
+
+
+def publish_folder(build: Path, target: Path, files: Mapping[str, str], what: str) -> bool:
+    """Build the folder ``target`` under the name ``build`` with ``files`` (name: text) and rename
+    it into place; False when ``target`` exists already. Nobody reads a build folder: each file is
+    fsynced in place, the folder once, before the rename. Whatever fails removes the build."""
+    try:
+        build.mkdir()
+        for name, text in files.items():
+            write_new_bytes(build / name, text.encode("utf-8"))
+        fsync_dir(build)
+        if target.exists():  # on POSIX rename() replaces an *empty* directory: never let it
+            shutil.rmtree(build, ignore_errors=True)
+            return False
+        os.rename(build, target)
+    except BaseException as exc:
+        shutil.rmtree(build, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        if isinstance(exc, OSError):
+            raise io_error(what, target, exc) from None
+        raise
+    fsync_dir(target.parent)
+    return True
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:

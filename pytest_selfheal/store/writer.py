@@ -5,7 +5,6 @@ incident folders (archive, reopen, prune) are :class:`~pytest_selfheal.store.roo
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -13,7 +12,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -31,7 +29,6 @@ from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, judging
 from pytest_selfheal.store.ids import new_incident_id, new_run_id, new_run_token, utc, validate_incident_id
-from pytest_selfheal.store.plan_publish import PlanBuilder, publish_plan
 from pytest_selfheal.store.reader import (
     ATTEMPT_RE,
     AUDIT_TAIL_JSONL,
@@ -53,9 +50,13 @@ from pytest_selfheal.store.states import check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
 Published = Callable[[Incident, Optional[Plan]], None]
+# The plan a capture publishes with its incident, built from the incident with its final id
+# (chosen under the lock): (the plan, plan.md's text).
+PlanBuilder = Callable[[Incident], tuple[Plan, str]]
 
 # An incident folder under construction: a dot name that no reader takes for an incident.
 _BUILD_PREFIX = ".tmp_"
+_PLAN_BUILD = ".tmp_plan"
 _CREATE_RETRIES = 50
 
 
@@ -160,8 +161,7 @@ class StoreWriter(StoreReader):
                 free = not taken and not (plan is not None and self.plans_dir(incident_id).exists())
                 log, final, plan_text = list(events), new, None
                 if free and plan is not None:
-                    plan_events, plan_text = publish_plan(self.confined(self.plans_root), new, plan,
-                                                          text=partial(self._text, "plan"), redact=self.redactor.redact)
+                    plan_events, plan_text = self._publish_plan(new, plan)
                     final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
                 if free and self._build_and_publish(inbox, final, log_tail, context_text, log):
                     written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
@@ -216,53 +216,35 @@ class StoreWriter(StoreReader):
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken."""
         incident_id = incident.incident_id
-        build = inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}"
-        try:
-            build.mkdir()
-        except OSError as exc:
-            raise fsio.io_error("create directory", build, exc) from None
-        try:
-            captured = ev.build_event(
-                ev.INCIDENT_CAPTURED,
-                incident_id,
-                {
-                    "run_id": incident.run_id,
-                    "step": incident.step,
-                    "failure_class": incident.failure_class,
-                    "error_signature": incident.error_signature,
-                    "status": IncidentStatus.NEW,
-                },
-                ts=self._now(),
-            )
-            log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
-            # Nobody reads a build folder: each file is written in place and fsynced, and
-            # the folder is fsynced once before the rename publishes it (not once per file).
-            for name, content in (
-                (INCIDENT_JSON, fsio.dumps_json(incident.to_json())),
-                (STATUS_TXT, f"{incident.status}\n"),
-                (LOG_TAIL_TXT, log_tail),
-                (CONTEXT_JSON, context_text),
-                (AUDIT_TAIL_JSONL, "".join(ev.encode_event(record) + "\n" for record in log)),
-            ):
-                fsio.write_new_bytes(build / name, content.encode("utf-8"))
-            fsio.fsync_dir(build)
-            final = inbox / incident_id
-            try:
-                # On POSIX rename() replaces an *empty* directory: never let it.
-                if final.exists():
-                    shutil.rmtree(build, ignore_errors=True)
-                    return False
-                os.rename(build, final)
-            except OSError as exc:
-                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    shutil.rmtree(build, ignore_errors=True)
-                    return False
-                raise fsio.io_error("create incident", final, exc) from None
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-        fsio.fsync_dir(inbox)
-        return True
+        captured = ev.build_event(ev.INCIDENT_CAPTURED, incident_id, {
+            "run_id": incident.run_id, "step": incident.step, "failure_class": incident.failure_class,
+            "error_signature": incident.error_signature, "status": IncidentStatus.NEW}, ts=self._now())
+        log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
+        return fsio.publish_folder(inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}", inbox / incident_id, {
+            INCIDENT_JSON: fsio.dumps_json(incident.to_json()),
+            STATUS_TXT: f"{incident.status}\n",
+            LOG_TAIL_TXT: log_tail,
+            CONTEXT_JSON: context_text,
+            AUDIT_TAIL_JSONL: "".join(ev.encode_event(record) + "\n" for record in log),
+        }, "create incident")
+
+    def _publish_plan(self, incident: Incident, plan: PlanBuilder) -> tuple[list[Event], str]:
+        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free) as
+        its folder is built; returns the plan's two events for the incident's log and the text
+        of ``plan.json``: the incident appears already ``planned``, with its plan."""
+        incident_id = incident.incident_id
+        built, built_md = plan(incident)
+        text = self._text("plan", built, incident_id)  # first: a bad plan fails before any write
+        check_transition(incident_id, IncidentStatus.NEW, IncidentStatus.PLANNED)
+        plans_root = fsio.ensure_dir(self.confined(self.plans_root))
+        # One fixed build name: under the lock nobody else builds a plan, so one there is a crash's leftover.
+        shutil.rmtree(plans_root / _PLAN_BUILD, ignore_errors=True)
+        fsio.publish_folder(plans_root / _PLAN_BUILD, self.plans_dir(incident_id),
+                            {PLAN_MD: self.redactor.redact(built_md), PLAN_JSON: text}, "write plan")
+        # The action ids as plan.json has them (redacted as in the document).
+        actions = [a.id if written_by_selfheal(a.id) else self.redactor.redact(a.id) for a in built.actions]
+        return [ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
+                ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED})], text
 
     # ------------------------------------------------------------------ status
 
