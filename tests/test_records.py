@@ -36,8 +36,8 @@ from pytest_selfheal.records.run_result import (
     RunRepair,
     RunResult,
 )
+from pytest_selfheal.records.schema_gen import validate
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.schema import validate
 
 TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"

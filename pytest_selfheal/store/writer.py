@@ -24,6 +24,7 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.schema_gen import DOCUMENTS, written_by_selfheal
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
@@ -45,7 +46,6 @@ from pytest_selfheal.store.reader import (
     StoreReader,
     attempt_filename,
 )
-from pytest_selfheal.store.schema import validate, written_by_selfheal
 from pytest_selfheal.store.states import check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
@@ -420,9 +420,10 @@ class StoreWriter(StoreReader):
         """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
         (``ValueError``: a bug of the caller), serialised before any file is touched."""
         doc = self._clean(record.to_json())
-        problems = validate(kind, doc)
-        if problems:
-            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {problems[0]}")
+        try:
+            DOCUMENTS[kind][0].parse(doc, "")
+        except FieldError as exc:
+            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {exc}") from None
         if doc["incident_id"] != incident_id:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
         return fsio.dumps_json(doc)
