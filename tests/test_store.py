@@ -210,7 +210,7 @@ def create_with_run(store: Store, run: str) -> str:
 def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "aaaaaa", "bbbbbb"])
     monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.writer.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     second = create(store)
     assert first == "incident_20260217_120000_aaaaaa"
@@ -220,7 +220,7 @@ def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPa
 def test_create_never_reuses_an_archived_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "cccccc"])
     monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.writer.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     store.archive(first, "escalated")
     assert create(store) == "incident_20260217_120000_cccccc"
