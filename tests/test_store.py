@@ -21,13 +21,14 @@ from helpers import disk_full_on
 from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records import vocab as states
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio, states
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Optional, TypeVar, Union
 
@@ -20,10 +21,10 @@ from pytest_selfheal.records.jsondoc import JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.summary import CORRUPTED, IncidentSummary
+from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, STATUSES
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
 INBOX = "inbox"
 BUCKETS: tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
@@ -47,8 +48,7 @@ R = TypeVar("R", bound=JsonRecord)
 
 
 def attempt_filename(iteration: int) -> str:
-    """``attempt_01.json`` for iteration 1 (three digits from iteration 100 on)."""
-    return f"attempt_{iteration:02d}.json"
+    return f"attempt_{iteration:02d}.json"  # three digits from iteration 100 on
 
 
 class StoreReader:
@@ -71,12 +71,11 @@ class StoreReader:
             return self.archive_root / bucket
         raise UsageError(f"unknown bucket {bucket!r} (expected one of {', '.join(BUCKETS)})")
 
+    # error_plans/<id>/ and error_runs/<id>/ (not created) stay where they are when the incident is archived.
     def plans_dir(self, incident_id: str) -> Path:
-        """``error_plans/<id>/`` (not created; it stays there when the incident is archived)."""
         return self.plans_root / validate_incident_id(incident_id)
 
     def runs_dir(self, incident_id: str) -> Path:
-        """``error_runs/<id>/`` (not created; it stays there when the incident is archived)."""
         return self.runs_root / validate_incident_id(incident_id)
 
     def record_paths(self, incident_id: str) -> list[Path]:
@@ -105,11 +104,9 @@ class StoreReader:
         return found[0]
 
     def exists(self, incident_id: str) -> bool:
-        try:
-            self.locate(incident_id)
-        except NotFoundError:
-            return False
-        return True
+        with suppress(NotFoundError):
+            return bool(self.locate(incident_id))
+        return False
 
     def incident_dir(self, incident_id: str) -> Path:
         return self.locate(incident_id)[1]
@@ -128,12 +125,10 @@ class StoreReader:
             yield from ((bucket, base / name, name) for name in names if is_incident_id(name))
 
     def incident_ids(self) -> list[str]:
-        """The ids of every incident folder in every bucket, sorted (no file is read)."""
         return sorted({incident_id for _, _, incident_id in self._listed()})
 
     def resolve_id(self, reference: str) -> str:
-        """The full id of a user's reference: an id, ``latest`` or a unique prefix
-        (:func:`~pytest_selfheal.store.ids.resolve_incident_ref`)."""
+        """The full id of a user's reference: an id, ``latest`` or a unique prefix."""
         if is_incident_id(reference) and self.exists(reference):
             return reference
         return resolve_incident_ref(reference, self.incident_ids())
@@ -164,7 +159,6 @@ class StoreReader:
         return self._read_incident_at(self.locate(incident_id)[1], incident_id)
 
     def read_status(self, incident_id: str) -> str:
-        """The status in ``status.txt`` (the authoritative one)."""
         return self._read_status_at(self.locate(incident_id)[1])
 
     def read_log_tail(self, incident_id: str) -> str:
@@ -177,12 +171,12 @@ class StoreReader:
     # ------------------------------------------------------------------ events
 
     def read_events(self, incident_id: str) -> tuple[list[Event], list[str]]:
-        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
-        skipped and reported, never raised."""
         return self._read_events_at(self.locate(incident_id)[1])
 
     @staticmethod
     def _read_events_at(folder: Path) -> tuple[list[Event], list[str]]:
+        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
+        skipped and reported, never raised."""
         path = folder / AUDIT_TAIL_JSONL
         try:
             raw = path.read_bytes()
@@ -204,11 +198,9 @@ class StoreReader:
         return path
 
     def read_plan(self, incident_id: str) -> Plan:
-        """``plan.json``, parsed; ``NotFoundError`` when there is none."""
         return self._read_record(Plan, self._plan_file(incident_id, PLAN_JSON), incident_id)
 
     def read_plan_md(self, incident_id: str) -> str:
-        """``plan.md``; ``NotFoundError`` when there is none."""
         return fsio.read_text(self._plan_file(incident_id, PLAN_MD))
 
     # ------------------------------------------------------------------ runs
@@ -224,7 +216,6 @@ class StoreReader:
         return sorted((int(m.group(1)), folder / name) for name in names for m in [ATTEMPT_RE.fullmatch(name)] if m)
 
     def next_attempt_number(self, incident_id: str) -> int:
-        """1 + the highest attempt number on disk (by file name), 1 when there is none."""
         files = self._attempt_files(incident_id)
         return files[-1][0] + 1 if files else 1
 
@@ -242,7 +233,7 @@ class StoreReader:
         return len(self._attempt_files(incident_id))
 
     def read_run_result(self, incident_id: str) -> Optional[RunResult]:
-        """``run_result.json`` parsed, or None when the loop has not finished yet."""
+        """None when the loop has not finished yet."""
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         return self._read_record(RunResult, path, incident_id) if path.exists() else None
 

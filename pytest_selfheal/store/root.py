@@ -10,7 +10,7 @@ error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox fo
 
 Ids are validated before touching a path; every file is written atomically, here, confined to
 the root and through the redaction boundary; ``status.txt`` is the authoritative status and
-changes only through the table in ``states.py``; an incident appears complete or not at all;
+changes only through ``records.vocab.TRANSITIONS``; an incident appears complete or not at all;
 a move of an incident folder is one rename, so there are never two copies. Readers never take
 the lock (``StoreReader``).
 """
@@ -37,7 +37,7 @@ from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.schema_gen import DOCUMENTS, written_by_selfheal
-from pytest_selfheal.records.vocab import IncidentStatus
+from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, IncidentStatus, check_transition
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, judging
@@ -65,7 +65,6 @@ from pytest_selfheal.store.reader import (
     StoreReader,
     attempt_filename,
 )
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, check_transition
 
 # Receives a new incident and its plan (or None) as records of the files written (create_incident).
 Published = Callable[[Incident, Optional[Plan]], None]
