@@ -32,8 +32,7 @@ from pytest_selfheal.junit.writer import failure_text, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Failure, Incident, RootCause, Triage
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.plan import Plan

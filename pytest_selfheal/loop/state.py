@@ -22,12 +22,12 @@ from pytest_selfheal.loop.resume import (
     verification_event,
 )
 from pytest_selfheal.records.attempt import Attempt, Decision
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus
 from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.store.ids import utc
 
 INCIDENT_CAPTURED = "incident_captured"
@@ -52,6 +53,29 @@ SPEC_EVENTS: tuple[str, ...] = (
 EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
 
 RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
+
+
+@dataclass(frozen=True)
+class Event(JsonRecord):
+    """One event of an incident's log."""
+
+    KIND: ClassVar[str] = "event"
+
+    event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
+    ts: Optional[str] = None  # ISO-8601 UTC with microseconds
+    incident_id: Optional[str] = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event's data (every key but ``ts``, ``event`` and ``incident_id``) as plain JSON."""
+        return {key: plain_json(value) for key, value in self.extra}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """One data value as plain JSON, or ``default``."""
+        for name, value in self.extra:
+            if name == key:
+                return plain_json(value)
+        return default
 
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:

@@ -8,22 +8,22 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TypeVar, Union
+from typing import Annotated, ClassVar, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.summary import CORRUPTED, IncidentSummary
 from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, STATUSES
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
 
 INBOX = "inbox"
@@ -45,6 +45,32 @@ ATTEMPT_RE = re.compile(r"attempt_([0-9]{2,})\.json", re.ASCII)
 RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
 
 R = TypeVar("R", bound=JsonRecord)
+
+
+# The status of a listed incident whose files cannot be read (``error`` says why).
+CORRUPTED = "corrupted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IncidentSummary(JsonRecord):
+    """An incident as listed: where it is, its status and what its files say of it."""
+
+    KIND: ClassVar[str] = "incident summary"
+
+    incident_id: str
+    status: str  # status.txt (an IncidentStatus), or CORRUPTED
+    bucket: str  # inbox, resolved or escalated
+    error_signature: Annotated[Optional[str], REQUIRED] = None
+    created_at: Annotated[Optional[str], REQUIRED] = None
+    updated_at: Annotated[Optional[str], REQUIRED] = None
+    step: Annotated[Optional[str], REQUIRED] = None
+    attempts: Annotated[int, REQUIRED] = 0  # attempt files on disk
+    path: str  # the incident's folder, relative to the reports root
+    error: Optional[str] = None  # a corrupted incident: what is wrong with it
+
+    @property
+    def corrupted(self) -> bool:
+        return self.status == CORRUPTED
 
 
 def attempt_filename(iteration: int) -> str:

@@ -31,7 +31,6 @@ from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
 from pytest_selfheal.records.plan import Plan
@@ -41,6 +40,7 @@ from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, IncidentStatus, check
 from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio, judging
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.ids import (
     is_incident_id,
     new_incident_id,
