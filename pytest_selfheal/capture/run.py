@@ -40,9 +40,9 @@ from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
+from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.ids import new_run_id
 from pytest_selfheal.store.root import Published, Store
-from pytest_selfheal.store.source import project_source
 
 if TYPE_CHECKING:
     import pytest

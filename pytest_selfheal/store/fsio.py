@@ -17,7 +17,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +296,48 @@ def parse_json(text: str, path: PathLike) -> Any:
         raise InputError(one_line(f"{target}: corrupted JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")) from None
     except RecursionError:
         raise InputError(one_line(f"{target}: corrupted JSON (nested too deeply)")) from None
+
+
+# What plan/suspects.py calls a ``Source``: path → the file's lines, or None.
+Source = Callable[[str], Optional[Sequence[str]]]
+
+# A larger file is generated or data, not code a suspect lives in.
+MAX_SOURCE_BYTES = 2_000_000
+
+
+def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
+    """A reader of the project's source lines for the code excerpt of a plan's top suspects (the
+    plan is pure: plan/build.py takes a reader): only regular files below ``rootdir`` (a symlink
+    or ``..`` leading out of it reads nothing), each once; None when there is no such directory."""
+    if not rootdir:
+        return None
+    root = os.path.realpath(str(rootdir))
+    if not os.path.isdir(root):
+        return None
+    cache: dict[str, Optional[list[str]]] = {}
+
+    def read(path: str) -> Optional[Sequence[str]]:
+        if path not in cache:
+            cache[path] = _read_source(root, path)
+        return cache[path]
+
+    return read
+
+
+def _read_source(root: str, path: str) -> Optional[list[str]]:
+    if not path or os.path.isabs(path) or "\0" in path:
+        return None  # suspects name project-relative paths
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(root.rstrip(os.sep) + os.sep) or not os.path.isfile(full):
+        return None  # `..` or a symlink out of the project
+    try:
+        if os.path.getsize(full) > MAX_SOURCE_BYTES:
+            return None
+        with open(full, "rb") as handle:
+            data = handle.read(MAX_SOURCE_BYTES + 1)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 # --------------------------------------------------------------------------- locking
