@@ -110,8 +110,6 @@ class Store(StoreReader):
     def _clean_events(self, events: Sequence[Event]) -> list[Event]:
         return [ev.pending(event.event, self._clean(event.data)) for event in events]
 
-    # ------------------------------------------------------------------ time, lock
-
     def _now(self) -> datetime:
         return utc(self._clock())
 
@@ -134,8 +132,6 @@ class Store(StoreReader):
     def confined(self, path: Path) -> Path:
         """``path``, checked before any write to stay under the reports root (``fsio.confine``)."""
         return fsio.confine(self.root, path)
-
-    # ------------------------------------------------------------------ create
 
     def create_incident(
         self,
@@ -267,8 +263,6 @@ class Store(StoreReader):
         return [ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
                 ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED})], text
 
-    # ------------------------------------------------------------------ status
-
     def update_incident(self, incident_id: str, /, *, held: Optional[Incident] = None, **fields: Any) -> Incident:
         """Set top-level fields of ``incident.json``; returns the new record. ``held``: the
         record as the caller's state holds it, changed instead of the file read again."""
@@ -292,33 +286,29 @@ class Store(StoreReader):
         clash = sorted({"from", "to"} & set(event_data))
         if clash:
             raise ValueError(f"status_changed data must not set {', '.join(clash)}")
+        ev.pending(ev.STATUS_CHANGED, event_data)  # a reserved key fails before anything is written
         with self.locked(incident_id) as (incident_id, bucket, folder):
             current, incident = held or (self._read_status_at(folder), self._read_incident_at(folder, incident_id))
             check_transition(incident_id, current, new)
             if bucket != INBOX:  # only reachable after a hand edit of status.txt
                 raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
-            return self._write_status(folder, incident, current, new, ev.pending(ev.STATUS_CHANGED, event_data))
+            return self._write_status(folder, incident, current, new, event_data)
 
-    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, changed: Event) -> Incident:
-        """``incident.json``, then ``status.txt`` (the commit point), then ``status_changed``
-        with the data of ``changed``."""
+    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, data: Mapping[str, Any]) -> Incident:
+        """``incident.json``, then ``status.txt`` (the commit point), then ``status_changed`` with ``data``."""
         written = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
         self._write_incident(folder, written, incident)
         fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
-        data = {"from": current, "to": new, **changed.data}
-        self._append_event_at(folder, incident.incident_id, ev.pending(ev.STATUS_CHANGED, data))
+        self._append_event_at(folder, incident.incident_id, ev.STATUS_CHANGED, {"from": current, "to": new, **data})
         return written
 
     def _write_incident(self, folder: Path, incident: Incident, before: Incident) -> None:
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
         judging.remember(self.root, incident.incident_id, incident=incident, before=before)
 
-    # ------------------------------------------------------------------ events
-
-    def _append_event_at(self, folder: Path, incident_id: str, event: Event) -> Event:
-        record = ev.stamp(self._clean_events([event])[0], incident_id, ts=self._now())
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> None:
+        record = ev.stamp(ev.pending(name, self._clean(data)), incident_id, ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
-        return record
 
     def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
         """Append one event to the incident's ``audit_tail.jsonl``; returns the record."""
@@ -335,8 +325,6 @@ class Store(StoreReader):
             fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
 
-    # ------------------------------------------------------------------ plans
-
     def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
         """Write ``plan.md`` then ``plan.json``; returns plan.json's path. The caller appends
         ``plan_generated`` and moves the status."""
@@ -351,8 +339,6 @@ class Store(StoreReader):
             judging.remember(self.root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
                              plan_before=before)
             return folder / PLAN_JSON
-
-    # ------------------------------------------------------------------ runs
 
     def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
         """Write ``error_runs/<id>/attempt_XX.json``, never over an existing one
@@ -435,8 +421,6 @@ class Store(StoreReader):
         clean = self.redactor.redact_obj(record, written_by_selfheal)
         return line if clean == record else ev.encode_line(clean)
 
-    # ------------------------------------------------------------------ helpers
-
     def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
         """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
         (``ValueError``: a bug of the caller), serialised before any file is touched."""
@@ -448,8 +432,6 @@ class Store(StoreReader):
         if doc["incident_id"] != incident_id:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
         return fsio.dumps_json(doc)
-
-    # ------------------------------------------------------------------ archive
 
     def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
         """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status first
@@ -470,20 +452,18 @@ class Store(StoreReader):
                 check_transition(incident_id, current, bucket)
                 fsio.ensure_dir(target_dir)
                 incident = held[1] if held else self._read_incident_at(folder, incident_id)
-                self._write_status(folder, incident, current, bucket, ev.pending(ev.STATUS_CHANGED, {"reason": "archive"}))
-                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
+                self._write_status(folder, incident, current, bucket, {"reason": "archive"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
                 events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
-                    self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True}))
+                    self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
-                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             fsio.move(folder, destination)
             return destination
-
-    # ------------------------------------------------------------------ reopen
 
     def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` as ``planned``, its next loop run
@@ -508,16 +488,11 @@ class Store(StoreReader):
             # `selfheal reopen ID`: back to the inbox as planned (not a TRANSITIONS move).
             if current != IncidentStatus.PLANNED:
                 before = self._read_incident_at(folder, incident_id)
-                incident = replace(before, status=IncidentStatus.PLANNED, updated_at=ev.format_ts(self._now()))
-                if continue_run:
-                    incident = replace(incident, resumed_after_iteration=after)
-                else:
-                    incident = replace(incident, reopened_after_iteration=after)
-                self._write_incident(folder, incident, before)
-                fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
-                self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
-                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"}))
-                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, data))
+                reopened = (replace(before, resumed_after_iteration=after) if continue_run
+                            else replace(before, reopened_after_iteration=after))
+                self._write_status(folder, reopened, current, IncidentStatus.PLANNED,
+                                   {"reason": "code_changed" if continue_run else "reopen"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
                 events = self._read_events_at(folder)[0]
@@ -525,13 +500,11 @@ class Store(StoreReader):
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
-                        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
-                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True}))
-                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, dict(data, recovered=True)))
+                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
             fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
             return bucket, current, after
-
-    # ------------------------------------------------------------------ prune
 
     def prune(self, incident_id: str) -> None:
         """Delete an archived incident with its plan and run folders. Its folder is first
