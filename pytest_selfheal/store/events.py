@@ -16,41 +16,26 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.store.ids import utc
 
-INCIDENT_CAPTURED = "incident_captured"
-FAILURE_CLASSIFIED = "failure_classified"
-PLAN_GENERATED = "plan_generated"
-REPAIR_ATTEMPT_STARTED = "repair_attempt_started"
-DIFF_PROPOSED = "diff_proposed"
-SCOPE_EXPANSION_REQUESTED = "scope_expansion_requested"
-REPAIR_ATTEMPT_COMPLETED = "repair_attempt_completed"
-VERIFICATION_FINISHED = "verification_finished"
-REPEATED_FAILURE_DETECTED = "repeated_failure_detected"
-DECISION_POINT_NEEDED = "decision_point_needed"
-LOOP_STOPPED = "loop_stopped"
-INCIDENT_ARCHIVED = "incident_archived"
-# `selfheal reopen ID` brings an archived incident back to the inbox.
-INCIDENT_REOPENED = "incident_reopened"
-# Not in Written by Store.set_status so replay can follow status changes.
-STATUS_CHANGED = "status_changed"
-# A later run saw the failures of this stopped incident again (loop/sticky.py).
-CAPTURE_ATTACHED = "capture_attached"
-
+# The contract's event names, in the order of an incident's life.
 SPEC_EVENTS: tuple[str, ...] = (
-    INCIDENT_CAPTURED,
-    FAILURE_CLASSIFIED,
-    PLAN_GENERATED,
-    REPAIR_ATTEMPT_STARTED,
-    DIFF_PROPOSED,
-    SCOPE_EXPANSION_REQUESTED,
-    REPAIR_ATTEMPT_COMPLETED,
-    VERIFICATION_FINISHED,
-    REPEATED_FAILURE_DETECTED,
-    DECISION_POINT_NEEDED,
-    LOOP_STOPPED,
-    INCIDENT_ARCHIVED,
-    INCIDENT_REOPENED,
+    INCIDENT_CAPTURED := "incident_captured",
+    FAILURE_CLASSIFIED := "failure_classified",
+    PLAN_GENERATED := "plan_generated",
+    REPAIR_ATTEMPT_STARTED := "repair_attempt_started",
+    DIFF_PROPOSED := "diff_proposed",
+    SCOPE_EXPANSION_REQUESTED := "scope_expansion_requested",
+    REPAIR_ATTEMPT_COMPLETED := "repair_attempt_completed",
+    VERIFICATION_FINISHED := "verification_finished",
+    REPEATED_FAILURE_DETECTED := "repeated_failure_detected",
+    DECISION_POINT_NEEDED := "decision_point_needed",
+    LOOP_STOPPED := "loop_stopped",
+    INCIDENT_ARCHIVED := "incident_archived",
+    INCIDENT_REOPENED := "incident_reopened",  # `selfheal reopen ID` brings an archived incident back
 )
-EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
+EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (
+    STATUS_CHANGED := "status_changed",  # written by Store.set_status, so that replay can follow status changes
+    CAPTURE_ATTACHED := "capture_attached",  # a later run saw the failures of this stopped incident again
+)
 
 RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
 
