@@ -191,7 +191,9 @@ class Store(StoreReader):
                     return incident_id
                 if explicit_id:
                     raise RefusedError(f"incident {incident_id} already exists")
-                new = replace(new, incident_id=self._next_candidate(moment, run))
+                # Same second, new random token (kept within the 40-character limit of <run>).
+                token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
+                new = replace(new, incident_id=new_incident_id(moment, token))
         raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
 
     def _new_incident(self, incident: Incident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
@@ -216,12 +218,6 @@ class Store(StoreReader):
         # Keys sorted at every level, as incident.json has them: the record is then the one a
         # reader parses back from the file (``published``).
         return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
-
-    @staticmethod
-    def _next_candidate(moment: datetime, run: Optional[str]) -> str:
-        # Same second, new random token (kept within the 40-character limit of <run>).
-        token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
-        return new_incident_id(moment, token)
 
     def _build_and_publish(
         self,
