@@ -74,8 +74,6 @@ def _expected(path: str, names: str, value: Any) -> FieldError:
     return FieldError(path, f"expected {names}, got {type_name(value)}", expected=names)
 
 
-# --------------------------------------------------------------------------- JSON Schema of a parser
-
 # The two JSON object types of the package's documents: as ``json.loads`` gives and ``json.dumps``
 # takes one (what ``to_json`` writes, a JSON Schema), and as a record holds one it does not
 # model, read-only (``freeze``). Records type everything else.
@@ -98,9 +96,6 @@ def schema_of(parse: Parser) -> Schema:
     if isinstance(owner, type) and issubclass(owner, JsonRecord):
         return owner.schema()
     return _SCHEMAS[parse]()
-
-
-# --------------------------------------------------------------------------- frozen JSON values
 
 
 def freeze(value: Any) -> Any:
@@ -131,9 +126,6 @@ def plain_json(value: Any) -> Any:
 def dataclass_json(record: Any) -> JsonObject:
     """Each dataclass field of ``record`` by name, as JSON (nested records by their ``to_json``)."""
     return {spec.name: plain_json(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
-
-
-# --------------------------------------------------------------------------- parsers
 
 
 def _json_type(name: str, *types: type) -> Parser:
@@ -292,9 +284,6 @@ incident_id = checked(string, pattern=INCIDENT_ID_PATTERN)
 timestamp = checked(
     string, pattern=TIMESTAMP_PATTERN, description="ISO-8601 timestamp in UTC with an explicit +00:00 offset."
 )
-
-
-# --------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True)
@@ -489,6 +478,8 @@ class LenientRecord:
         doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"
                and (value is not None or key not in self.OMITTED)}
         return {**doc, **plain_json(self.extra)}
+
+
 def lenient(spec: Field, value: Any) -> Any:
     """``value`` as the field ``spec`` reads it, else what fits: a boolean's truth, the items of
     a list and the entries of an object that fit, else None or the type's empty value."""

@@ -340,9 +340,6 @@ def _read_source(root: str, path: str) -> Optional[list[str]]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-# --------------------------------------------------------------------------- locking
-
-
 @dataclass
 class _Holder:
     """This process's hold on one lock file: shared by every FileLock on that path."""

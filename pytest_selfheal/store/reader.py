@@ -115,8 +115,6 @@ class StoreReader:
     def _relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
-    # ------------------------------------------------------------------ locate
-
     def locate(self, incident_id: str) -> tuple[str, Path]:
         """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
         incident_id = validate_incident_id(incident_id)
@@ -159,8 +157,6 @@ class StoreReader:
             return reference
         return resolve_incident_ref(reference, self.incident_ids())
 
-    # ------------------------------------------------------------------ incident + status
-
     def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
         path = folder / INCIDENT_JSON
         incident = Incident.from_json(fsio.read_json(path), str(path))  # parsed once: the one check
@@ -194,8 +190,6 @@ class StoreReader:
         path = self.incident_dir(incident_id) / CONTEXT_JSON
         return RunContext.from_json(fsio.read_json(path), str(path))
 
-    # ------------------------------------------------------------------ events
-
     def read_events(self, incident_id: str) -> tuple[list[Event], list[str]]:
         return self._read_events_at(self.locate(incident_id)[1])
 
@@ -212,8 +206,6 @@ class StoreReader:
             raise fsio.io_error("read", path, exc) from None
         return ev.parse_events(raw.decode("utf-8", errors="replace"), str(path))
 
-    # ------------------------------------------------------------------ plans
-
     def has_plan(self, incident_id: str) -> bool:
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
 
@@ -228,8 +220,6 @@ class StoreReader:
 
     def read_plan_md(self, incident_id: str) -> str:
         return fsio.read_text(self._plan_file(incident_id, PLAN_MD))
-
-    # ------------------------------------------------------------------ runs
 
     def _attempt_files(self, incident_id: str) -> list[tuple[int, Path]]:
         folder = self.runs_dir(incident_id)
@@ -263,8 +253,6 @@ class StoreReader:
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         return self._read_record(RunResult, path, incident_id) if path.exists() else None
 
-    # ------------------------------------------------------------------ listing
-
     def list_incidents(self) -> list[IncidentSummary]:
         """Summaries of every incident, oldest first; an unreadable one is listed ``corrupted``
         with its ``error`` instead of failing the whole listing."""
@@ -285,8 +273,6 @@ class StoreReader:
         return IncidentSummary(incident_id=incident_id, status=status, bucket=bucket, path=path, error_signature=incident.error_signature,
                                created_at=incident.created_at, updated_at=incident.updated_at, step=incident.step,
                                attempts=attempts)
-
-    # ------------------------------------------------------------------ helpers
 
     def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
         """The one place a store document becomes a record (``from_json`` checks it once)."""

@@ -553,6 +553,7 @@ def _incident_of(doc: object, what: str) -> Incident:
     except FieldError as exc:
         raise ValueError(f"{what} does not fit the schema: {exc}") from None
 
+
 def project_store(project_root: Path, reports_dir: str, redactor: Redactor) -> Store:
     """The store of ``reports_dir``; ``RefusedError`` when it leads out of the project."""
     fsio.project_path(project_root, reports_dir, "reports_dir")
