@@ -108,6 +108,16 @@ def io_error(action: str, path: PathLike, exc: OSError) -> StoreIOError:
     return StoreIOError(one_line(f"cannot {action} {os.fspath(path)}: {reason}"))
 
 
+def list_names(folder: PathLike) -> list[str]:
+    """The names in ``folder``; none when it is missing or no folder."""
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise io_error("list", folder, exc) from None
+
+
 def ensure_dir(path: PathLike) -> Path:
     target = Path(path)
     try:

@@ -140,13 +140,7 @@ class StoreReader:
         folders ``.tmp_*`` and temp files are not); a missing bucket has none."""
         for bucket in BUCKETS:
             base = self.bucket_dir(bucket)
-            try:
-                names = sorted(os.listdir(base))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as exc:
-                raise fsio.io_error("list", base, exc) from None
-            yield from ((bucket, base / name, name) for name in names if is_incident_id(name))
+            yield from ((bucket, base / name, name) for name in sorted(fsio.list_names(base)) if is_incident_id(name))
 
     def incident_ids(self) -> list[str]:
         return sorted({incident_id for _, _, incident_id in self._listed()})
@@ -223,13 +217,8 @@ class StoreReader:
 
     def _attempt_files(self, incident_id: str) -> list[tuple[int, Path]]:
         folder = self.runs_dir(incident_id)
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise fsio.io_error("list", folder, exc) from None
-        return sorted((int(m.group(1)), folder / name) for name in names for m in [ATTEMPT_RE.fullmatch(name)] if m)
+        matches = (ATTEMPT_RE.fullmatch(name) for name in fsio.list_names(folder))
+        return sorted((int(m.group(1)), folder / m.group(0)) for m in matches if m)
 
     def next_attempt_number(self, incident_id: str) -> int:
         files = self._attempt_files(incident_id)

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -515,14 +515,9 @@ class Store(StoreReader):
 
     def finish_prunes(self) -> list[str]:
         """Complete prunes a kill interrupted (``error_archive/.pruning_<id>`` left behind); their ids."""
-        try:
-            names = os.listdir(self.archive_root)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise fsio.io_error("list", self.archive_root, exc) from None
+        names = fsio.list_names(self.archive_root)
         done = []
-        with self.lock():
+        with self.lock() if names else nullcontext():
             for name in sorted(names):
                 incident_id = name[len(PRUNING_PREFIX):]
                 if name.startswith(PRUNING_PREFIX) and is_incident_id(incident_id):
