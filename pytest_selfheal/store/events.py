@@ -86,12 +86,6 @@ def stamp(event: Event, incident_id: str, *, ts: Optional[datetime] = None) -> E
                             **event.data}, "event")
 
 
-def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]] = None, *,
-                ts: Optional[datetime] = None) -> Event:
-    """One event record as logged (:func:`pending`, then :func:`stamp`)."""
-    return stamp(pending(name, data), incident_id, ts=ts)
-
-
 def encode_event(event: Event) -> str:
     return encode_line(event.to_json())
 

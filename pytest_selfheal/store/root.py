@@ -229,10 +229,10 @@ class Store(StoreReader):
     ) -> bool:
         """Build the five files under a temp name and rename into place; False if the id got taken."""
         incident_id = incident.incident_id
-        captured = ev.build_event(ev.INCIDENT_CAPTURED, incident_id, {
+        captured = ev.pending(ev.INCIDENT_CAPTURED, {
             "run_id": incident.run_id, "step": incident.step, "failure_class": incident.failure_class,
-            "error_signature": incident.error_signature, "status": IncidentStatus.NEW}, ts=self._now())
-        log = [captured] + [ev.stamp(event, incident_id, ts=self._now()) for event in events]
+            "error_signature": incident.error_signature, "status": IncidentStatus.NEW})
+        log = [ev.stamp(event, incident_id, ts=self._now()) for event in [captured, *events]]
         return fsio.publish_folder(inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}", inbox / incident_id, {
             INCIDENT_JSON: fsio.dumps_json(incident.to_json()),
             STATUS_TXT: f"{incident.status}\n",
