@@ -53,7 +53,7 @@ def recording_ms(root: Path, failures: int, repeat: int) -> float:
     ``failures`` failures into the persisted database), measured in this process."""
     from pytest_selfheal.config.keys import HistorySettings
     from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-    from pytest_selfheal.records.git import GitContext
+    from pytest_selfheal.records.context import GitContext
 
     failing = [Failing(f"test_gen_000.py::test_{i}", f"{i:012x}", "deterministic") for i in range(failures)]
     times: list[float] = []

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from pytest_selfheal.errors import RefusedError, one_line
-from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
+from pytest_selfheal.records.context import SNAPSHOT_KEYS, GitContext
 
 # Identity used for commits the tool makes itself (demo repos).
 TOOL_NAME = "pytest-selfheal"

@@ -8,7 +8,7 @@ Other test modules use it for every file they write::
     assert_file_valid("run_result", store.runs_dir(incident_id) / "run_result.json")
 
 Kinds: ``incident``, ``plan``, ``attempt``, ``run_result`` (pytest_selfheal/schemas/).
-``jsonschema`` is a test-only dependency; the runtime uses ``pytest_selfheal.store.schema``.
+``jsonschema`` is a test-only dependency; the runtime uses ``pytest_selfheal.records.schema_gen``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pytest_selfheal.store.schema import KINDS, schema_filename
+from pytest_selfheal.records.schema_gen import KINDS, schema_filename
 
 _VALIDATORS: dict[str, Any] = {}
 

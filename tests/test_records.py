@@ -23,8 +23,7 @@ from pytest_selfheal.cli.main import main
 from pytest_selfheal.errors import EXIT_OK, InputError
 from pytest_selfheal.plan.build import replan
 from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
-from pytest_selfheal.records.event import Event
-from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.context import GitContext
 from pytest_selfheal.records.incident import CodeRef, Failure, Incident, RootCause
 from pytest_selfheal.records.jsondoc import JsonRecord, fields_of
 from pytest_selfheal.records.plan import Excerpt, GroupKey, Hypothesis, Plan, PlanAction, ReplanEntry, SuspectEntry
@@ -36,8 +35,9 @@ from pytest_selfheal.records.run_result import (
     RunRepair,
     RunResult,
 )
+from pytest_selfheal.records.schema_gen import validate
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.schema import validate
 
 TESTS = Path(__file__).parent
 DEMO = TESTS / "records_docs" / "demo"

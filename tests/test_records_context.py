@@ -12,8 +12,7 @@ from pytest_selfheal.capture.context import run_context
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop.state import capture_diff_hash
-from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.git import SNAPSHOT_KEYS, GitContext
+from pytest_selfheal.records.context import SNAPSHOT_KEYS, GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.redact import default_redactor

@@ -34,8 +34,8 @@ from pytest_selfheal.loop.policy import final_status_of
 from pytest_selfheal.loop.replay import COMPARED_KEYS, differences, replay
 from pytest_selfheal.loop.state import pending_stop
 from pytest_selfheal.records.attempt import RepairBlock
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.vocab import StopReason
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.root import Store
 
 ID = "incident_20260217_120000_ab12cd"

@@ -16,8 +16,8 @@ from schema_check import assert_valid, jsonschema_errors, load_schema
 
 import pytest_selfheal
 from pytest_selfheal.errors import InputError
+from pytest_selfheal.records import schema_gen as schema
 from pytest_selfheal.records.schema_gen import DOCUMENTS, schema_text
-from pytest_selfheal.store import schema
 
 ID = "incident_20260217_120000_run_abc"
 TS = "2026-02-17T03:00:00+00:00"

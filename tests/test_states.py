@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from pytest_selfheal.errors import EXIT_REFUSED, RefusedError
-from pytest_selfheal.store import states
+from pytest_selfheal.records import vocab as states
 
 # Written out independently of states.TRANSITIONS: this is the documented table (docs/store.md).
 ALLOWED = {

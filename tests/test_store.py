@@ -21,13 +21,14 @@ from helpers import disk_full_on
 from schema_check import assert_file_valid
 
 from pytest_selfheal.errors import InputError, NotFoundError, RefusedError, StoreIOError, UsageError
+from pytest_selfheal.records import vocab as states
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.plan import GroupKey, Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio, states
+from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
 NOW = datetime(2026, 2, 17, 12, 0, 0, tzinfo=timezone.utc)
@@ -210,7 +211,7 @@ def create_with_run(store: Store, run: str) -> str:
 def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "aaaaaa", "bbbbbb"])
     monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.writer.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     second = create(store)
     assert first == "incident_20260217_120000_aaaaaa"
@@ -220,7 +221,7 @@ def test_create_retries_on_a_taken_id(store: Store, monkeypatch: pytest.MonkeyPa
 def test_create_never_reuses_an_archived_id(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = iter(["aaaaaa", "aaaaaa", "cccccc"])
     monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.writer.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     first = create(store)
     store.archive(first, "escalated")
     assert create(store) == "incident_20260217_120000_cccccc"

@@ -115,7 +115,7 @@ def test_a_plan_left_without_its_incident_is_never_reused(tmp_path: Path, monkey
     store = Store(tmp_path / ".selfheal")
     tokens = iter(["aaaaaa", "aaaaaa", "bbbbbb"])
     monkeypatch.setattr("pytest_selfheal.store.ids.new_run_token", lambda: next(tokens))
-    monkeypatch.setattr("pytest_selfheal.store.writer.new_run_token", lambda: next(tokens))
+    monkeypatch.setattr("pytest_selfheal.store.root.new_run_token", lambda: next(tokens))
     orphan = store.plans_root / "incident_20260217_120000_aaaaaa"
     orphan.mkdir(parents=True)
     (orphan / "plan.json").write_text("{}")

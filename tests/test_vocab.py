@@ -8,6 +8,7 @@ import string
 import pytest
 
 from pytest_selfheal.loop import policy
+from pytest_selfheal.records import vocab as states
 from pytest_selfheal.records.stops import MESSAGE_FIELDS, STOPS, stop_facts, stop_tone
 from pytest_selfheal.records.vocab import (
     FailureClass,
@@ -21,7 +22,6 @@ from pytest_selfheal.records.vocab import (
     final_tone,
     tone_of,
 )
-from pytest_selfheal.store import states
 
 ALL = [m for enum in (FinalStatus, IncidentStatus, StopReason, TriageLabel, FailureClass) for m in enum]
 

@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
-from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.redact import Redactor
 
 # CI metadata worth keeping; values only, never tokens (redaction runs on the result too).

@@ -31,8 +31,7 @@ from pytest_selfheal.junit.writer import failure_text, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Failure, Incident, RootCause, Triage
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.plan import Plan
@@ -40,10 +39,9 @@ from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
 from pytest_selfheal.redact import Redactor, redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
+from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.ids import new_run_id
-from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.source import project_source
-from pytest_selfheal.store.writer import Published
+from pytest_selfheal.store.root import Published, Store
 
 if TYPE_CHECKING:
     import pytest

@@ -21,7 +21,7 @@ from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailab
 from pytest_selfheal.history.segments import segments_dir, single_run, write_segment
 from pytest_selfheal.history.sources import actions_event, head_repository, judge_event, quarantine_in_force
 from pytest_selfheal.history.triage import matching_entry, triage_failure
-from pytest_selfheal.records.git import GitContext
+from pytest_selfheal.records.context import GitContext
 from pytest_selfheal.records.incident import Triage
 from pytest_selfheal.store.events import format_ts
 

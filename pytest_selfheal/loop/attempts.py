@@ -43,9 +43,9 @@ from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReaso
 from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import judging
+from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.source import project_source
 
 
 @dataclass

@@ -56,11 +56,10 @@ from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult
-from pytest_selfheal.records.vocab import Line, StopReason, final_tone, first_few
+from pytest_selfheal.records.vocab import TERMINAL, Line, StopReason, final_tone, first_few
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.states import TERMINAL
 
 
 class Provider(Protocol):

@@ -34,9 +34,9 @@ from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, Sp
 from pytest_selfheal.records.incident import CodeRef, Failure, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
-from pytest_selfheal.store.source import project_source
 
 PLUGIN_MODULE = "pytest_selfheal.plugin"
 _NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"

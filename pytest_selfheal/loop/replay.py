@@ -12,7 +12,6 @@ from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
 from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records, verification_event
 from pytest_selfheal.names import archived_path
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
@@ -21,6 +20,7 @@ from pytest_selfheal.store.events import (
     LOOP_STOPPED,
     STATUS_CHANGED,
     VERIFICATION_FINISHED,
+    Event,
 )
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store

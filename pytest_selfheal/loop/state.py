@@ -20,13 +20,13 @@ from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, Decision
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import freeze
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.vocab import IncidentStatus, StopReason
 from pytest_selfheal.store import events as ev
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.reader import INBOX
 from pytest_selfheal.store.root import Store

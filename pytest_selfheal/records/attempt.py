@@ -57,7 +57,6 @@ class RepairBlock(JsonRecord):
     KIND: ClassVar[str] = "repair"
 
     provider: str = ""
-    # diff | no_fix_found | timeout | crashed
     result: Annotated[str, checked(string, enum=("diff", "no_fix_found", "timeout", "crashed"))] = ""
     files_changed: tuple[str, ...] = ()
     patch: Optional[str] = None  # attempt_XX.patch, None when nothing changed
@@ -82,19 +81,16 @@ class Attempt(JsonRecord):
     KIND: ClassVar[str] = "attempt"
 
     incident_id: Annotated[str, incident_id]
-    # the attempt number, counting across loop runs; equals XX in the file name
-    iteration: Annotated[int, checked(integer, minimum=1)]
+    iteration: Annotated[int, checked(integer, minimum=1)]  # counts across loop runs; XX in the file name
     started_at: Annotated[str, timestamp]
     finished_at: Annotated[str, timestamp]
     actions_applied: tuple[str, ...]  # plan action ids the repair touched; () in verify-only mode
     verification_commands: tuple[str, ...]
     verification_passed: bool
-    result: Annotated[str, checked(string, enum=("continue", "stop"))]  # continue | stop
+    result: Annotated[str, checked(string, enum=("continue", "stop"))]
     error_signature: Optional[str]  # the first failure's signature, None without failures
-    # verify | agent | repair
     mode: Annotated[Optional[str], checked(string, enum=("verify", "agent", "repair"))] = None
     stop_reason: Annotated[Optional[str], nullable(checked(string, enum=StopReason))] = None
-    # {nodeid: outcome}
     outcomes: Annotated[Mapping[str, str], object_of(checked(string, enum=OUTCOMES))] = field(default_factory=empty_map)
     failures: tuple[Failure, ...] = ()  # of the selection
     new_failures: tuple[Failure, ...] = ()  # outside the incident's selection

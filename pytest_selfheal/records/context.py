@@ -1,4 +1,5 @@
-"""``error_inbox/<id>/context.json`` as a record: ``RunContext`` with its ``GitContext`` (docs/store.md). Pure.
+"""``error_inbox/<id>/context.json`` as a record: ``RunContext`` with its ``GitContext`` (built by
+``gitrepo.git_snapshot``) (docs/store.md). Pure.
 
 What the capture knew about the run. Informative only (a missing or unreadable one never
 blocks the loop), so every field is optional.
@@ -10,8 +11,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.git import GitContext
 from pytest_selfheal.records.jsondoc import JsonRecord, empty_map
+
+# The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
+SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
+
+
+@dataclass(frozen=True)
+class GitContext(JsonRecord):
+    """The repository's root, commit, branch and whether the tree had changes
+    (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""
+
+    KIND: ClassVar[str] = "git context"
+
+    root: Optional[str] = None
+    commit: Optional[str] = None  # None: a repository without commits
+    branch: Optional[str] = None  # None: a detached HEAD
+    dirty: Optional[bool] = None  # tracked changes or untracked files
+    diff_stat: Optional[str] = None  # ``git diff HEAD --stat`` of the changes
+    untracked: Optional[int] = None
+    error: Optional[str] = None  # the git command that failed, and why
+
+    @classmethod
+    def failed(cls, error: str) -> GitContext:
+        """The context of a git command that failed: ``{"error": ...}`` only."""
+        return cls(error=error, keys=("error",))
+
+    @property
+    def clean_commit(self) -> Optional[str]:
+        """The commit when the tree was known clean at it (its diff hash is the clean tree's), else None."""
+        return self.commit if self.dirty is False else None
 
 
 @dataclass(frozen=True)

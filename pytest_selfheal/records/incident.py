@@ -58,8 +58,7 @@ class RootCause(JsonRecord):
             " functions (Ochiai over the run's failing and passing tests) and those its evidence names, most"
             " suspicious first."
         ),
-    )] = ()  # --selfheal-spectrum: the functions it ran, most suspicious first
-    # the exception's type (``json.JSONDecodeError``) unless an assertion's
+    )] = ()
     exception: Annotated[Optional[str], checked(
         string, description="The exception's type when it is not an assertion's."
     )] = None
@@ -69,7 +68,7 @@ class RootCause(JsonRecord):
             "Where that exception was raised when it was outside the project: a library's or the standard"
             " library's file (relative to its import root), function and line."
         ),
-    )] = None  # where it was raised outside the project (``json/decoder.py``)
+    )] = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ class Failure(JsonRecord):
             " project frames on the way to it, the test's failing line, and the project definitions the test"
             " calls; with --selfheal-spectrum, the functions it ran ranked by suspiciousness."
         ),
-    )] = None  # capture only: the evidence that groups failures by root cause
+    )] = None
     triage: Optional[Triage] = None  # capture only: new, known, flaky or quarantined
 
 

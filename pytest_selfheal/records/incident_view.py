@@ -39,6 +39,10 @@ def cause_json(action: PlanAction) -> dict[str, object]:
     return data
 
 
+# What `selfheal show --json` says of each attempt.
+_ATTEMPT_KEYS = ("iteration", "result", "verification_passed", "stop_reason", "error_signature")
+
+
 @dataclass(frozen=True)
 class IncidentView:
     """One incident with its groups, plan, attempts and run result (``now``: the MCP's note
@@ -71,16 +75,7 @@ class IncidentView:
                 "actions": [{"id": a.id, "title": a.title} for a in self.plan.actions],
                 "verification_commands": list(self.plan.verification_commands), "path": f"{PLANS_DIR}/{self.incident_id}"},
             "attempts": len(self.attempts),
-            "attempt_results": [
-                {
-                    "iteration": a.iteration,
-                    "result": a.result,
-                    "verification_passed": a.verification_passed,
-                    "stop_reason": a.stop_reason,
-                    "error_signature": a.error_signature,
-                }
-                for a in self.attempts
-            ],
+            "attempt_results": [{key: getattr(a, key) for key in _ATTEMPT_KEYS} for a in self.attempts],
             "run_result": self.run_result.to_json() if self.run_result is not None else None,
             "events": self.events,
             "warnings": list(self.warnings),

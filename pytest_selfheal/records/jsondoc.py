@@ -44,18 +44,14 @@ FingerprintsEntry = Union[tuple[str, ...], str, None]
 
 class FieldError(Exception):
     """One bad value at the dotted field ``path``; ``expected`` (the JSON types that would do)
-    lets a nullable field add ``or null`` to the message."""
+    or ``options`` (the allowed values) let a nullable field add null to the message."""
 
     def __init__(self, path: str, problem: str, expected: str = "", options: tuple[Any, ...] = ()) -> None:
         super().__init__(f"field {path}: {problem}" if path else problem)
-        self.path = path
-        self.problem = problem
-        self.expected = expected
-        self.options = options
+        self.path, self.expected, self.options = path, expected, options
 
 
 def not_one_of(path: str, value: Any, options: tuple[Any, ...]) -> FieldError:
-    """The error for a value outside ``options`` (the allowed values, ``None`` shown as null)."""
     shown = ", ".join("null" if o is None else str(o) for o in options)
     return FieldError(path, f"{one_line(repr(value), 80)} is not one of {shown}", options=options)
 
@@ -77,8 +73,6 @@ def child(path: str, key: str) -> str:
 def _expected(path: str, names: str, value: Any) -> FieldError:
     return FieldError(path, f"expected {names}, got {type_name(value)}", expected=names)
 
-
-# --------------------------------------------------------------------------- JSON Schema of a parser
 
 # The two JSON object types of the package's documents: as ``json.loads`` gives and ``json.dumps``
 # takes one (what ``to_json`` writes, a JSON Schema), and as a record holds one it does not
@@ -102,9 +96,6 @@ def schema_of(parse: Parser) -> Schema:
     if isinstance(owner, type) and issubclass(owner, JsonRecord):
         return owner.schema()
     return _SCHEMAS[parse]()
-
-
-# --------------------------------------------------------------------------- frozen JSON values
 
 
 def freeze(value: Any) -> Any:
@@ -137,59 +128,31 @@ def dataclass_json(record: Any) -> JsonObject:
     return {spec.name: plain_json(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
 
 
-# --------------------------------------------------------------------------- parsers
+def _json_type(name: str, *types: type) -> Parser:
+    """The parser of one JSON type: a value of ``types`` (a boolean only for ``boolean``), frozen."""
+
+    def parse(value: Any, path: str) -> Any:
+        if not isinstance(value, types) or isinstance(value, bool) is not (types == (bool,)):
+            raise _expected(path, name, value)
+        return freeze(value)
+
+    return _declares(parse, lambda: {"type": name})
 
 
-@partial(_declares, schema=lambda: {"type": "string"})
-def string(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise _expected(path, "string", value)
-    return value
+string: Callable[[Any, str], str] = _json_type("string", str)
+number: Callable[[Any, str], float] = _json_type("number", int, float)
+boolean: Callable[[Any, str], bool] = _json_type("boolean", bool)
+json_object: Callable[[Any, str], FrozenObject] = _json_type("object", dict)
+json_array: Callable[[Any, str], tuple[Any, ...]] = _json_type("array", list)
+any_value: Parser = _declares(lambda value, path: freeze(value), dict)
 
 
 @partial(_declares, schema=lambda: {"type": "integer"})
 def integer(value: Any, path: str) -> int:
     """An integer; an integral float counts, as in JSON Schema."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _expected(path, "integer", value)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise _expected(path, "integer", value)
+    if isinstance(value, float) and value.is_integer() or isinstance(value, int) and not isinstance(value, bool):
         return int(value)
-    return value
-
-
-@partial(_declares, schema=lambda: {"type": "number"})
-def number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _expected(path, "number", value)
-    return value
-
-
-@partial(_declares, schema=lambda: {"type": "boolean"})
-def boolean(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise _expected(path, "boolean", value)
-    return value
-
-
-@partial(_declares, schema=lambda: {"type": "object"})
-def json_object(value: Any, path: str) -> FrozenObject:
-    if not isinstance(value, dict):
-        raise _expected(path, "object", value)
-    return cast(FrozenObject, freeze(value))
-
-
-@partial(_declares, schema=lambda: {"type": "array"})
-def json_array(value: Any, path: str) -> tuple[Any, ...]:
-    if not isinstance(value, list):
-        raise _expected(path, "array", value)
-    return cast("tuple[Any, ...]", freeze(value))
-
-
-@partial(_declares, schema=dict)
-def any_value(value: Any, path: str) -> Any:
-    return freeze(value)
+    raise _expected(path, "integer", value)
 
 
 def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]]:
@@ -323,9 +286,6 @@ timestamp = checked(
 )
 
 
-# --------------------------------------------------------------------------- records
-
-
 @dataclass(frozen=True)
 class Field:
     """One known JSON key of a record, as derived from its dataclass field (:func:`fields_of`)."""
@@ -344,15 +304,8 @@ class JsonKey:
     key: str
 
 
-class _Presence(Enum):
-    REQUIRED = "required"
-    OPTIONAL = "optional"
-
-
-# In a field's ``Annotated`` type: the document must have the key although the record has a
-# default (or need not, although it has none).
-REQUIRED = _Presence.REQUIRED
-OPTIONAL = _Presence.OPTIONAL
+# In a field's ``Annotated`` type: the document must have the key although the record has a default.
+REQUIRED = "required"
 
 
 def parser_for(kind: Any) -> Parser:
@@ -376,10 +329,58 @@ def parser_for(kind: Any) -> Parser:
 
 def fields_of(cls: type) -> tuple[Field, ...]:
     """The JSON keys of a record class, in its fields' order. A field's type gives its parser
-    and its key is required when it has no default; an ``Annotated`` type may say otherwise:
-    a parser (a ``checked`` one: allowed values, a description), a :class:`JsonKey`,
-    ``REQUIRED`` or ``OPTIONAL``. ``keys`` and ``extra`` are not keys."""
+    and its key is required when it has no default; an ``Annotated`` type may add a parser (a
+    ``checked`` one: allowed values, a description), a :class:`JsonKey` or ``REQUIRED``.
+    ``keys`` and ``extra`` are not keys."""
     return _shape(cls).fields
+
+
+class _Shape:
+    """What ``parse`` and ``to_json`` read of a record class's fields, worked out once per class."""
+
+    def __init__(self, cls: type) -> None:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        fields = []
+        # Compared with, never handed out: a factory's value (an empty mapping or list) is made once.
+        self.defaults: dict[str, object] = {}
+        for spec in dataclasses.fields(cast(Any, cls)):
+            if spec.default is not dataclasses.MISSING:
+                self.defaults[spec.name] = spec.default
+            elif spec.default_factory is not dataclasses.MISSING:
+                self.defaults[spec.name] = spec.default_factory()
+            if spec.name in ("keys", "extra") and spec.kw_only:  # the base's, not a record's own
+                continue
+            kind, said = hints[spec.name], []
+            if typing.get_origin(kind) is Annotated:
+                kind, *said = typing.get_args(kind)
+            key = next((item.key for item in said if isinstance(item, JsonKey)), spec.name)
+            parse = next((item for item in said if callable(item) and not isinstance(item, JsonKey)), None)
+            required = REQUIRED in said or spec.name not in self.defaults
+            fields.append(Field(key, parse or parser_for(kind), required, spec.name, kind))
+        self.fields = tuple(fields)
+        # key -> (attribute, parser), in the fields' order.
+        self.known = {field.key: (field.name, field.parse) for field in fields}
+        self.required = tuple(field.key for field in fields if field.required)
+
+    def read(self, doc: Any, path: str, written: tuple[str, ...] = ()) -> tuple[JsonObject, list[tuple[str, Any]]]:
+        """The parsed values of ``doc``'s known keys by attribute, and its other keys but ``written``, frozen."""
+        if not isinstance(doc, dict):
+            raise _expected(path, "object", doc)
+        for key in (*written, *self.required):
+            if key not in doc:
+                raise FieldError(child(path, key), "required field missing")
+        values, extra = {}, []
+        for key, value in doc.items():
+            spec = self.known.get(key)
+            if spec is not None:
+                values[spec[0]] = spec[1](value, child(path, key))
+            elif key not in written:
+                extra.append((key, freeze(value)))
+        return values, extra
+
+
+# One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
+_shape = cast("Callable[[type], _Shape]", cache(_Shape))
 
 
 @dataclass(frozen=True)
@@ -398,14 +399,10 @@ class JsonRecord:
 
     @classmethod
     def schema(cls) -> Schema:
-        out: Schema = {"type": "object"}
         fields = fields_of(cls)
         required = [field.key for field in fields if field.required]
-        if required:
-            out["required"] = required
-        out["properties"] = {field.key: schema_of(field.parse) for field in fields}
-        out["additionalProperties"] = True
-        return out
+        return {"type": "object", **({"required": required} if required else {}),
+                "properties": {field.key: schema_of(field.parse) for field in fields}, "additionalProperties": True}
 
     @classmethod
     def from_json(cls: type[R], doc: Any, where: str) -> R:
@@ -418,36 +415,19 @@ class JsonRecord:
     @classmethod
     def parse(cls: type[R], doc: Any, path: str) -> R:
         """The record of the object ``doc`` found at ``path`` (a nested field's parser)."""
-        if not isinstance(doc, dict):
-            raise _expected(path, "object", doc)
-        shape = _shape(cls)
-        for key in shape.required:
-            if key not in doc:
-                raise FieldError(child(path, key), "required field missing")
-        known = shape.known
-        values = {}
-        extra = []
-        for key, value in doc.items():
-            spec = known.get(key)
-            if spec is None:
-                extra.append((key, freeze(value)))
-            else:
-                values[spec[0]] = spec[1](value, child(path, key))
+        values, extra = _shape(cls).read(doc, path)
         build = cast("Callable[..., R]", cls)  # a string: not built again on every call
         return build(**values, keys=tuple(doc), extra=tuple(extra))
 
     def to_json(self) -> JsonObject:
         """The JSON document (a fresh dict): the read keys in their order, then new ones."""
         shape = _shape(type(self))
-        known = shape.known
+        known, defaults = shape.known, shape.defaults
         extras = dict(self.extra)
         order: list[str] = list(self.keys) if self.keys is not None else list(shape.required)
         seen = set(order)
-        defaults = shape.defaults
-        for key, (name, _) in known.items():
-            if key not in seen and getattr(self, name) != defaults.get(name):
-                order.append(key)
-        order.extend(key for key, _ in self.extra if key not in seen)
+        order += [key for key, (name, _) in known.items() if key not in seen and getattr(self, name) != defaults.get(name)]
+        order += [key for key, _ in self.extra if key not in seen]
         doc: JsonObject = {}
         for key in order:
             spec = known.get(key)
@@ -459,48 +439,6 @@ class JsonRecord:
 
     def get_extra(self, key: str, default: Any = None) -> Any:
         return dict(self.extra).get(key, default)
-
-
-class _Shape:
-    """What ``parse`` and ``to_json`` read of a record class's fields, worked out once per class."""
-
-    def __init__(self, cls: type) -> None:
-        hints = typing.get_type_hints(cls, include_extras=True)
-        fields = []
-        for spec in dataclasses.fields(cast(Any, cls)):
-            if spec.name in ("keys", "extra") and spec.kw_only:  # the base's, not a record's own
-                continue
-            kind, said = hints[spec.name], []
-            if typing.get_origin(kind) is Annotated:
-                kind, *said = typing.get_args(kind)
-            key = next((item.key for item in said if isinstance(item, JsonKey)), spec.name)
-            parse = next((item for item in said if callable(item) and not isinstance(item, JsonKey)), None)
-            presence = next((item for item in said if isinstance(item, _Presence)), None)
-            if presence is None:
-                defaulted = spec.default is not dataclasses.MISSING or spec.default_factory is not dataclasses.MISSING
-                presence = OPTIONAL if defaulted else REQUIRED
-            fields.append(Field(key, parse or parser_for(kind), presence is REQUIRED, spec.name, kind))
-        self.fields = tuple(fields)
-        # key -> (attribute, parser), in the fields' order.
-        self.known = {field.key: (field.name, field.parse) for field in fields}
-        self.required = tuple(field.key for field in fields if field.required)
-        # Compared with, never handed out: a factory's value (an empty mapping or list) is made once.
-        self.defaults = field_defaults(cls)
-
-
-# One per record class (typed as the call it is: a class is hashable, whatever mypy says of type[R]).
-_shape = cast("Callable[[type], _Shape]", cache(_Shape))
-
-
-def field_defaults(cls: type) -> dict[str, object]:
-    """Each dataclass field's default (a factory's made once); fields without one left out."""
-    defaults: dict[str, object] = {}
-    for f in dataclasses.fields(cast(Any, cls)):
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
 
 
 def empty_map() -> FrozenObject:
@@ -524,28 +462,17 @@ class LenientRecord:
 
     @classmethod
     def parse(cls: type[L], doc: Any, path: str) -> L:
-        if not isinstance(doc, dict):
-            raise _expected(path, "object", doc)
-        shape = _shape(cls)
-        for key in (*cls.WRITTEN, *shape.required):
-            if key not in doc:
-                raise FieldError(child(path, key), "required field missing")
-        values = {shape.known[key][0]: shape.known[key][1](value, child(path, key))
-                  for key, value in doc.items() if key in shape.known}
-        return cls._build(values, doc)
+        values, extra = _shape(cls).read(doc, path, cls.WRITTEN)
+        return cls(**values, extra=MappingProxyType(dict(extra)))
 
     @classmethod
     def from_json(cls: type[L], doc: FrozenObject) -> L:
         """The record of ``doc``, read leniently: each value as its field's parser reads it, else
         :func:`lenient`; a required key missing reads as its type's empty value."""
-        fields = _shape(cls).fields
-        return cls._build({f.name: lenient(f, doc.get(f.key)) for f in fields if f.key in doc or f.required}, doc)
-
-    @classmethod
-    def _build(cls: type[L], values: JsonObject, doc: FrozenObject) -> L:
-        known = {*_shape(cls).known, *cls.WRITTEN}
-        extra = {key: value for key, value in doc.items() if key not in known}
-        return cls(**values, extra=freeze(extra) if extra else empty_map())
+        shape = _shape(cls)
+        extra = {key: value for key, value in doc.items() if key not in shape.known and key not in cls.WRITTEN}
+        return cls(**{f.name: lenient(f, doc.get(f.key)) for f in shape.fields if f.key in doc or f.required},
+                   extra=freeze(extra) if extra else empty_map())
 
     def to_json(self) -> JsonObject:
         doc = {key: value for key, value in dataclass_json(self).items() if key != "extra"

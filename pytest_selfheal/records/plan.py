@@ -100,16 +100,13 @@ class PlanAction(JsonRecord):
     nodeids: tuple[str, ...] = ()
     test_paths: tuple[str, ...] = ()  # the failing tests' files: the tests to make pass, not to edit
     root_cause: Optional[GroupKey] = None  # the evidence that grouped the action's failures
-    # the top suspect's path:line
     where: Annotated[Optional[str], checked(string, description="The top suspect's path:line.")] = None
-    # the first failure's test line (path:line)
     assertion: Annotated[Optional[str], checked(
         string, description="The first failure's last test-file line (path:line): its assertion."
     )] = None
     suspects: Annotated[tuple[SuspectEntry, ...], checked(
         array_of(SuspectEntry.parse), description="The group's suspicious functions, most suspicious first."
-    )] = ()  # most suspicious first
-    # code around the top suspect's line
+    )] = ()
     excerpt: Annotated[Optional[Excerpt], checked(
         Excerpt.parse, description="A few lines of code around the top suspect's line."
     )] = None

@@ -98,12 +98,10 @@ class RunResult(JsonRecord):
     KIND: ClassVar[str] = "run_result"
 
     incident_id: Annotated[str, incident_id]
-    # resolved | escalated | replan_requested
     final_status: Annotated[FinalStatus, one_of(
         FinalStatus, FinalStatus.RESOLVED, FinalStatus.ESCALATED, FinalStatus.REPLAN_REQUESTED
     )]
-    # the verification iterations of this loop run (docs/store.md)
-    loops_used: Annotated[int, checked(integer, minimum=0)]
+    loops_used: Annotated[int, checked(integer, minimum=0)]  # the verification iterations of this loop run
     runtime_minutes: Annotated[float, checked(number, minimum=0)]
     same_error_repeats: Annotated[int, checked(integer, minimum=0)]
     archived_to: Annotated[Optional[str], checked(
@@ -112,7 +110,7 @@ class RunResult(JsonRecord):
             "Relative to the reports root, e.g. error_archive/resolved/<id>; null when not archived"
             " (replan_requested)."
         ),
-    )]  # error_archive/<bucket>/<id>, None when not archived
+    )]
     stop_reason: Annotated[Optional[StopReason], nullable(one_of(StopReason))] = None
     message: Optional[str] = None
     iteration: Optional[int] = None  # the last attempt number; 0 without attempts

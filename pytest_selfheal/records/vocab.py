@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Optional
 
+from pytest_selfheal.errors import RefusedError
+
 
 class TextEnum(str, Enum):
     """A string-valued enum whose ``str()``/``format()`` is its value on Python 3.10 to 3.13."""
@@ -52,7 +54,7 @@ SUSPECT_EVIDENCE: tuple[EvidenceKind, ...] = tuple(k for k in EvidenceKind if k 
 
 
 class IncidentStatus(TextEnum):
-    """``status.txt`` of an incident (store/states.py holds the moves between them).
+    """``status.txt`` of an incident (:data:`TRANSITIONS` holds the moves between them).
 
     The two terminal statuses are the final statuses of the same name.
     """
@@ -63,6 +65,46 @@ class IncidentStatus(TextEnum):
     RESOLVED = FinalStatus.RESOLVED.value
     ESCALATED = FinalStatus.ESCALATED.value
     PLAN_PROPOSED = "plan_proposed"
+
+
+STATUSES: tuple[IncidentStatus, ...] = tuple(IncidentStatus)
+# Terminal statuses are also the archive buckets: error_archive/<status>/<incident_id>/.
+TERMINAL: tuple[IncidentStatus, ...] = (IncidentStatus.RESOLVED, IncidentStatus.ESCALATED)
+ARCHIVE_BUCKETS: tuple[IncidentStatus, ...] = TERMINAL
+
+# Every allowed move of an incident's status (docs/store.md); anything else, a move to the
+# same status included, is refused.
+TRANSITIONS: dict[str, frozenset[IncidentStatus]] = {
+    # A plan is generated; or a human gives up before planning (archive --as escalated).
+    IncidentStatus.NEW: frozenset({IncidentStatus.PLANNED, IncidentStatus.ESCALATED}),
+    # The loop starts; or a human gives up before any run.
+    IncidentStatus.PLANNED: frozenset({IncidentStatus.RUNNING, IncidentStatus.ESCALATED}),
+    # Only a run that verified can resolve; it may also escalate or request a replan.
+    IncidentStatus.RUNNING: frozenset({IncidentStatus.RESOLVED, IncidentStatus.ESCALATED, IncidentStatus.PLAN_PROPOSED}),
+    # The regenerated plan is written; or a human gives up instead of replanning.
+    IncidentStatus.PLAN_PROPOSED: frozenset({IncidentStatus.PLANNED, IncidentStatus.ESCALATED}),
+    IncidentStatus.RESOLVED: frozenset(),
+    IncidentStatus.ESCALATED: frozenset(),
+}
+
+
+def allowed_targets(status: str) -> tuple[str, ...]:
+    """Statuses reachable from ``status`` in one move, in ``STATUSES`` order (``ValueError``: an unknown status)."""
+    if status not in TRANSITIONS:
+        raise ValueError(f"unknown incident status {status!r} (expected one of {', '.join(STATUSES)})")
+    return tuple(s for s in STATUSES if s in TRANSITIONS[status])
+
+
+def can_transition(current: str, new: str) -> bool:
+    allowed_targets(new)
+    return new in allowed_targets(current)
+
+
+def check_transition(incident_id: str, current: str, new: str) -> None:
+    """Raise a one-line ``RefusedError`` unless ``current -> new`` is allowed."""
+    if not can_transition(current, new):
+        allowed = ", ".join(allowed_targets(current)) or "none, it is final"
+        raise RefusedError(f"cannot move incident {incident_id} from {current} to {new} (allowed from {current}: {allowed})")
 
 
 class StopReason(TextEnum):

@@ -14,10 +14,10 @@ from pytest_selfheal.loop.messages import plural
 from pytest_selfheal.loop.policy import result_in_force
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.records.report import Report
-from pytest_selfheal.records.summary import CORRUPTED
 from pytest_selfheal.report.data import IncidentRun, build_report
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.ids import incident_timestamp
+from pytest_selfheal.store.reader import CORRUPTED
 from pytest_selfheal.store.root import Store
 
 # A report of thousands of incidents is a few MiB; anything far beyond is not a report.

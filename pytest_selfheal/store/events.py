@@ -8,50 +8,59 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.event import Event
+from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
 from pytest_selfheal.store.ids import utc
 
-INCIDENT_CAPTURED = "incident_captured"
-FAILURE_CLASSIFIED = "failure_classified"
-PLAN_GENERATED = "plan_generated"
-REPAIR_ATTEMPT_STARTED = "repair_attempt_started"
-DIFF_PROPOSED = "diff_proposed"
-SCOPE_EXPANSION_REQUESTED = "scope_expansion_requested"
-REPAIR_ATTEMPT_COMPLETED = "repair_attempt_completed"
-VERIFICATION_FINISHED = "verification_finished"
-REPEATED_FAILURE_DETECTED = "repeated_failure_detected"
-DECISION_POINT_NEEDED = "decision_point_needed"
-LOOP_STOPPED = "loop_stopped"
-INCIDENT_ARCHIVED = "incident_archived"
-# `selfheal reopen ID` brings an archived incident back to the inbox.
-INCIDENT_REOPENED = "incident_reopened"
-# Not in Written by Store.set_status so replay can follow status changes.
-STATUS_CHANGED = "status_changed"
-# A later run saw the failures of this stopped incident again (loop/sticky.py).
-CAPTURE_ATTACHED = "capture_attached"
-
+# The contract's event names, in the order of an incident's life.
 SPEC_EVENTS: tuple[str, ...] = (
-    INCIDENT_CAPTURED,
-    FAILURE_CLASSIFIED,
-    PLAN_GENERATED,
-    REPAIR_ATTEMPT_STARTED,
-    DIFF_PROPOSED,
-    SCOPE_EXPANSION_REQUESTED,
-    REPAIR_ATTEMPT_COMPLETED,
-    VERIFICATION_FINISHED,
-    REPEATED_FAILURE_DETECTED,
-    DECISION_POINT_NEEDED,
-    LOOP_STOPPED,
-    INCIDENT_ARCHIVED,
-    INCIDENT_REOPENED,
+    INCIDENT_CAPTURED := "incident_captured",
+    FAILURE_CLASSIFIED := "failure_classified",
+    PLAN_GENERATED := "plan_generated",
+    REPAIR_ATTEMPT_STARTED := "repair_attempt_started",
+    DIFF_PROPOSED := "diff_proposed",
+    SCOPE_EXPANSION_REQUESTED := "scope_expansion_requested",
+    REPAIR_ATTEMPT_COMPLETED := "repair_attempt_completed",
+    VERIFICATION_FINISHED := "verification_finished",
+    REPEATED_FAILURE_DETECTED := "repeated_failure_detected",
+    DECISION_POINT_NEEDED := "decision_point_needed",
+    LOOP_STOPPED := "loop_stopped",
+    INCIDENT_ARCHIVED := "incident_archived",
+    INCIDENT_REOPENED := "incident_reopened",  # `selfheal reopen ID` brings an archived incident back
 )
-EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (STATUS_CHANGED, CAPTURE_ATTACHED)
+EVENT_NAMES: tuple[str, ...] = SPEC_EVENTS + (
+    STATUS_CHANGED := "status_changed",  # written by Store.set_status, so that replay can follow status changes
+    CAPTURE_ATTACHED := "capture_attached",  # a later run saw the failures of this stopped incident again
+)
 
 RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
+
+
+@dataclass(frozen=True)
+class Event(JsonRecord):
+    """One event of an incident's log."""
+
+    KIND: ClassVar[str] = "event"
+
+    event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
+    ts: Optional[str] = None  # ISO-8601 UTC with microseconds
+    incident_id: Optional[str] = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event's data (every key but ``ts``, ``event`` and ``incident_id``) as plain JSON."""
+        return {key: plain_json(value) for key, value in self.extra}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """One data value as plain JSON, or ``default``."""
+        for name, value in self.extra:
+            if name == key:
+                return plain_json(value)
+        return default
 
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:
@@ -75,12 +84,6 @@ def stamp(event: Event, incident_id: str, *, ts: Optional[datetime] = None) -> E
     """``event`` (a :func:`pending` one) as logged: with its time (now by default) and incident id."""
     return Event.from_json({"ts": format_ts(ts, "microseconds"), "event": event.event, "incident_id": incident_id,
                             **event.data}, "event")
-
-
-def build_event(name: str, incident_id: str, data: Optional[Mapping[str, object]] = None, *,
-                ts: Optional[datetime] = None) -> Event:
-    """One event record as logged (:func:`pending`, then :func:`stamp`)."""
-    return stamp(pending(name, data), incident_id, ts=ts)
 
 
 def encode_event(event: Event) -> str:

@@ -9,14 +9,16 @@ store operations never deadlock. Every ``OSError`` met while writing becomes a o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 from pytest_selfheal.errors import InputError, RefusedError, one_line
 from pytest_selfheal.filelock import O_NOFOLLOW, PathLike
@@ -91,6 +93,16 @@ def project_path(project_root: PathLike, value: str, what: str) -> Path:
     raise RefusedError(one_line(f"refusing {what} {value}: it leads out of the project {base} (to {real})"))
 
 
+def list_names(folder: PathLike) -> list[str]:
+    """The names in ``folder``; none when it is missing or no folder."""
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise io_error("list", folder, exc) from None
+
+
 def ensure_dir(path: PathLike) -> Path:
     target = Path(path)
     try:
@@ -149,6 +161,30 @@ def write_new_bytes(path: PathLike, data: bytes) -> None:
         _create_synced(target, data)
     except OSError as exc:
         raise io_error("write", target, exc) from None
+
+
+def publish_folder(build: Path, target: Path, files: Mapping[str, str], what: str) -> bool:
+    """Build the folder ``target`` under the name ``build`` with ``files`` (name: text) and rename
+    it into place; False when ``target`` exists already. Nobody reads a build folder: each file is
+    fsynced in place, the folder once, before the rename. Whatever fails removes the build."""
+    try:
+        build.mkdir()
+        for name, text in files.items():
+            write_new_bytes(build / name, text.encode("utf-8"))
+        fsync_dir(build)
+        if target.exists():  # on POSIX rename() replaces an *empty* directory: never let it
+            shutil.rmtree(build, ignore_errors=True)
+            return False
+        os.rename(build, target)
+    except BaseException as exc:
+        shutil.rmtree(build, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        if isinstance(exc, OSError):
+            raise io_error(what, target, exc) from None
+        raise
+    fsync_dir(target.parent)
+    return True
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
@@ -255,3 +291,45 @@ def parse_json(text: str, path: PathLike) -> Any:
         raise InputError(one_line(f"{target}: corrupted JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")) from None
     except RecursionError:
         raise InputError(one_line(f"{target}: corrupted JSON (nested too deeply)")) from None
+
+
+# What plan/suspects.py calls a ``Source``: path → the file's lines, or None.
+Source = Callable[[str], Optional[Sequence[str]]]
+
+# A larger file is generated or data, not code a suspect lives in.
+MAX_SOURCE_BYTES = 2_000_000
+
+
+def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
+    """A reader of the project's source lines for the code excerpt of a plan's top suspects (the
+    plan is pure: plan/build.py takes a reader): only regular files below ``rootdir`` (a symlink
+    or ``..`` leading out of it reads nothing), each once; None when there is no such directory."""
+    if not rootdir:
+        return None
+    root = os.path.realpath(str(rootdir))
+    if not os.path.isdir(root):
+        return None
+    cache: dict[str, Optional[list[str]]] = {}
+
+    def read(path: str) -> Optional[Sequence[str]]:
+        if path not in cache:
+            cache[path] = _read_source(root, path)
+        return cache[path]
+
+    return read
+
+
+def _read_source(root: str, path: str) -> Optional[list[str]]:
+    if not path or os.path.isabs(path) or "\0" in path:
+        return None  # suspects name project-relative paths
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(root.rstrip(os.sep) + os.sep) or not os.path.isfile(full):
+        return None  # `..` or a symlink out of the project
+    try:
+        if os.path.getsize(full) > MAX_SOURCE_BYTES:
+            return None
+        with open(full, "rb") as handle:
+            data = handle.read(MAX_SOURCE_BYTES + 1)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace").splitlines()

@@ -35,21 +35,14 @@ def new_run_token() -> str:
     return os.urandom(3).hex()
 
 
-def safe_run_token(run: str) -> str:
-    """A caller's run token made safe for a path: unsafe characters become ``-``, bounded length."""
-    token = _UNSAFE.sub("-", run).strip("-")[:MAX_RUN_TOKEN]
-    return token or new_run_token()
-
-
 def new_incident_id(now: Optional[datetime] = None, run: Optional[str] = None) -> str:
-    """A fresh incident id for ``now`` (UTC), with ``run`` (made safe) or a random token."""
-    stamp = utc(now).strftime("%Y%m%d_%H%M%S")
-    token = safe_run_token(run) if run is not None else new_run_token()
-    return f"{INCIDENT_PREFIX}{stamp}_{token}"
+    """A fresh incident id for ``now`` (UTC), with ``run`` made safe for a path (unsafe characters
+    become ``-``, its length bounded) or a random token."""
+    token = _UNSAFE.sub("-", run).strip("-")[:MAX_RUN_TOKEN] if run is not None else ""
+    return f"{INCIDENT_PREFIX}{utc(now).strftime('%Y%m%d_%H%M%S')}_{token or new_run_token()}"
 
 
 def new_run_id(now: Optional[datetime] = None) -> str:
-    """A run id: ``run_YYYYMMDD_HHMMSS_ffffff`` (UTC)."""
     return "run_" + utc(now).strftime("%Y%m%d_%H%M%S_%f")
 
 
@@ -61,9 +54,7 @@ def validate_incident_id(text: object) -> str:
     """``text`` if it is a well-formed incident id, else a one-line ``UsageError``."""
     if isinstance(text, str) and is_incident_id(text):
         return text
-    shown = repr(text)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
+    shown = repr(text) if len(repr(text)) <= 60 else repr(text)[:57] + "..."
     raise UsageError(f"invalid incident id {shown}: expected incident_YYYYMMDD_HHMMSS_<run> "
                      "with <run> of 1-40 characters A-Z a-z 0-9 _ -")
 

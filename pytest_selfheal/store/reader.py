@@ -7,23 +7,24 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TypeVar, Union
+from typing import Annotated, ClassVar, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
-from pytest_selfheal.records.event import Event
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
-from pytest_selfheal.records.summary import CORRUPTED, IncidentSummary
+from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, STATUSES
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
+from pytest_selfheal.store.events import Event
 from pytest_selfheal.store.ids import incident_timestamp, is_incident_id, resolve_incident_ref, validate_incident_id
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, STATUSES
 
 INBOX = "inbox"
 BUCKETS: tuple[str, ...] = (INBOX,) + ARCHIVE_BUCKETS
@@ -46,9 +47,34 @@ RUN_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", re.ASCII)
 R = TypeVar("R", bound=JsonRecord)
 
 
+# The status of a listed incident whose files cannot be read (``error`` says why).
+CORRUPTED = "corrupted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IncidentSummary(JsonRecord):
+    """An incident as listed: where it is, its status and what its files say of it."""
+
+    KIND: ClassVar[str] = "incident summary"
+
+    incident_id: str
+    status: str  # status.txt (an IncidentStatus), or CORRUPTED
+    bucket: str  # inbox, resolved or escalated
+    error_signature: Annotated[Optional[str], REQUIRED] = None
+    created_at: Annotated[Optional[str], REQUIRED] = None
+    updated_at: Annotated[Optional[str], REQUIRED] = None
+    step: Annotated[Optional[str], REQUIRED] = None
+    attempts: Annotated[int, REQUIRED] = 0  # attempt files on disk
+    path: str  # the incident's folder, relative to the reports root
+    error: Optional[str] = None  # a corrupted incident: what is wrong with it
+
+    @property
+    def corrupted(self) -> bool:
+        return self.status == CORRUPTED
+
+
 def attempt_filename(iteration: int) -> str:
-    """``attempt_01.json`` for iteration 1 (three digits from iteration 100 on)."""
-    return f"attempt_{iteration:02d}.json"
+    return f"attempt_{iteration:02d}.json"  # three digits from iteration 100 on
 
 
 class StoreReader:
@@ -71,12 +97,11 @@ class StoreReader:
             return self.archive_root / bucket
         raise UsageError(f"unknown bucket {bucket!r} (expected one of {', '.join(BUCKETS)})")
 
+    # error_plans/<id>/ and error_runs/<id>/ (not created) stay where they are when the incident is archived.
     def plans_dir(self, incident_id: str) -> Path:
-        """``error_plans/<id>/`` (not created; it stays there when the incident is archived)."""
         return self.plans_root / validate_incident_id(incident_id)
 
     def runs_dir(self, incident_id: str) -> Path:
-        """``error_runs/<id>/`` (not created; it stays there when the incident is archived)."""
         return self.runs_root / validate_incident_id(incident_id)
 
     def record_paths(self, incident_id: str) -> list[Path]:
@@ -89,8 +114,6 @@ class StoreReader:
 
     def _relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
-
-    # ------------------------------------------------------------------ locate
 
     def locate(self, incident_id: str) -> tuple[str, Path]:
         """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
@@ -105,11 +128,9 @@ class StoreReader:
         return found[0]
 
     def exists(self, incident_id: str) -> bool:
-        try:
-            self.locate(incident_id)
-        except NotFoundError:
-            return False
-        return True
+        with suppress(NotFoundError):
+            return bool(self.locate(incident_id))
+        return False
 
     def incident_dir(self, incident_id: str) -> Path:
         return self.locate(incident_id)[1]
@@ -119,26 +140,16 @@ class StoreReader:
         folders ``.tmp_*`` and temp files are not); a missing bucket has none."""
         for bucket in BUCKETS:
             base = self.bucket_dir(bucket)
-            try:
-                names = sorted(os.listdir(base))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as exc:
-                raise fsio.io_error("list", base, exc) from None
-            yield from ((bucket, base / name, name) for name in names if is_incident_id(name))
+            yield from ((bucket, base / name, name) for name in sorted(fsio.list_names(base)) if is_incident_id(name))
 
     def incident_ids(self) -> list[str]:
-        """The ids of every incident folder in every bucket, sorted (no file is read)."""
         return sorted({incident_id for _, _, incident_id in self._listed()})
 
     def resolve_id(self, reference: str) -> str:
-        """The full id of a user's reference: an id, ``latest`` or a unique prefix
-        (:func:`~pytest_selfheal.store.ids.resolve_incident_ref`)."""
+        """The full id of a user's reference: an id, ``latest`` or a unique prefix."""
         if is_incident_id(reference) and self.exists(reference):
             return reference
         return resolve_incident_ref(reference, self.incident_ids())
-
-    # ------------------------------------------------------------------ incident + status
 
     def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
         path = folder / INCIDENT_JSON
@@ -164,7 +175,6 @@ class StoreReader:
         return self._read_incident_at(self.locate(incident_id)[1], incident_id)
 
     def read_status(self, incident_id: str) -> str:
-        """The status in ``status.txt`` (the authoritative one)."""
         return self._read_status_at(self.locate(incident_id)[1])
 
     def read_log_tail(self, incident_id: str) -> str:
@@ -174,15 +184,13 @@ class StoreReader:
         path = self.incident_dir(incident_id) / CONTEXT_JSON
         return RunContext.from_json(fsio.read_json(path), str(path))
 
-    # ------------------------------------------------------------------ events
-
     def read_events(self, incident_id: str) -> tuple[list[Event], list[str]]:
-        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
-        skipped and reported, never raised."""
         return self._read_events_at(self.locate(incident_id)[1])
 
     @staticmethod
     def _read_events_at(folder: Path) -> tuple[list[Event], list[str]]:
+        """``(events, warnings)`` from ``audit_tail.jsonl``: torn or corrupted lines are
+        skipped and reported, never raised."""
         path = folder / AUDIT_TAIL_JSONL
         try:
             raw = path.read_bytes()
@@ -191,8 +199,6 @@ class StoreReader:
         except OSError as exc:
             raise fsio.io_error("read", path, exc) from None
         return ev.parse_events(raw.decode("utf-8", errors="replace"), str(path))
-
-    # ------------------------------------------------------------------ plans
 
     def has_plan(self, incident_id: str) -> bool:
         return (self.plans_dir(incident_id) / PLAN_JSON).is_file()
@@ -204,27 +210,17 @@ class StoreReader:
         return path
 
     def read_plan(self, incident_id: str) -> Plan:
-        """``plan.json``, parsed; ``NotFoundError`` when there is none."""
         return self._read_record(Plan, self._plan_file(incident_id, PLAN_JSON), incident_id)
 
     def read_plan_md(self, incident_id: str) -> str:
-        """``plan.md``; ``NotFoundError`` when there is none."""
         return fsio.read_text(self._plan_file(incident_id, PLAN_MD))
-
-    # ------------------------------------------------------------------ runs
 
     def _attempt_files(self, incident_id: str) -> list[tuple[int, Path]]:
         folder = self.runs_dir(incident_id)
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise fsio.io_error("list", folder, exc) from None
-        return sorted((int(m.group(1)), folder / name) for name in names for m in [ATTEMPT_RE.fullmatch(name)] if m)
+        matches = (ATTEMPT_RE.fullmatch(name) for name in fsio.list_names(folder))
+        return sorted((int(m.group(1)), folder / m.group(0)) for m in matches if m)
 
     def next_attempt_number(self, incident_id: str) -> int:
-        """1 + the highest attempt number on disk (by file name), 1 when there is none."""
         files = self._attempt_files(incident_id)
         return files[-1][0] + 1 if files else 1
 
@@ -242,11 +238,9 @@ class StoreReader:
         return len(self._attempt_files(incident_id))
 
     def read_run_result(self, incident_id: str) -> Optional[RunResult]:
-        """``run_result.json`` parsed, or None when the loop has not finished yet."""
+        """None when the loop has not finished yet."""
         path = self.runs_dir(incident_id) / RUN_RESULT_JSON
         return self._read_record(RunResult, path, incident_id) if path.exists() else None
-
-    # ------------------------------------------------------------------ listing
 
     def list_incidents(self) -> list[IncidentSummary]:
         """Summaries of every incident, oldest first; an unreadable one is listed ``corrupted``
@@ -268,8 +262,6 @@ class StoreReader:
         return IncidentSummary(incident_id=incident_id, status=status, bucket=bucket, path=path, error_signature=incident.error_signature,
                                created_at=incident.created_at, updated_at=incident.updated_at, step=incident.step,
                                attempts=attempts)
-
-    # ------------------------------------------------------------------ helpers
 
     def _read_record(self, record: type[R], path: Path, incident_id: str) -> R:
         """The one place a store document becomes a record (``from_json`` checks it once)."""

@@ -8,41 +8,426 @@ error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox fo
 .lock                        serialises every mutating operation of concurrent processes
 ```
 
-Ids are validated before touching a path; every file is written atomically; ``status.txt``
-is the authoritative status and changes only through the table in ``states.py``; an incident
-appears complete or not at all; a move of an incident folder is one rename, so there are
-never two copies. Readers never take the lock (``StoreReader``); ``StoreWriter`` writes;
-:class:`Store` adds the moves of whole incident folders (archive, reopen, prune).
+Ids are validated before touching a path; every file is written atomically, here, confined to
+the root and through the redaction boundary; ``status.txt`` is the authoritative status and
+changes only through ``records.vocab.TRANSITIONS``; an incident appears complete or not at all;
+a move of an incident folder is one rename, so there are never two copies. Readers never take
+the lock (``StoreReader``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
-from pytest_selfheal.errors import RefusedError, UsageError
-from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR
+from pytest_selfheal.errors import RefusedError, StoreIOError, UsageError
+from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, SELECTION_FILE
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.vocab import IncidentStatus
-from pytest_selfheal.redact import Redactor
+from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
+from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.schema_gen import DOCUMENTS, written_by_selfheal
+from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS, IncidentStatus, check_transition
+from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import events as ev
-from pytest_selfheal.store import fsio
-from pytest_selfheal.store.ids import is_incident_id
-from pytest_selfheal.store.reader import INBOX, STATUS_TXT
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS, check_transition
-from pytest_selfheal.store.writer import StoreWriter
+from pytest_selfheal.store import fsio, judging
+from pytest_selfheal.store.events import Event
+from pytest_selfheal.store.ids import (
+    is_incident_id,
+    new_incident_id,
+    new_run_id,
+    new_run_token,
+    utc,
+    validate_incident_id,
+)
+from pytest_selfheal.store.reader import (
+    ATTEMPT_RE,
+    AUDIT_TAIL_JSONL,
+    BUCKETS,
+    CONTEXT_JSON,
+    INBOX,
+    INCIDENT_JSON,
+    LOG_TAIL_TXT,
+    PLAN_JSON,
+    PLAN_MD,
+    RUN_FILE_RE,
+    RUN_RESULT_JSON,
+    STATUS_TXT,
+    StoreReader,
+    attempt_filename,
+)
 
+# Receives a new incident and its plan (or None) as records of the files written (create_incident).
+Published = Callable[[Incident, Optional[Plan]], None]
+# The plan a capture publishes with its incident, built from the incident with its final id
+# (chosen under the lock): (the plan, plan.md's text).
+PlanBuilder = Callable[[Incident], tuple[Plan, str]]
+
+# An incident folder under construction: a dot name that no reader takes for an incident.
+_BUILD_PREFIX = ".tmp_"
+_PLAN_BUILD = ".tmp_plan"
+_CREATE_RETRIES = 50
 # A pruned incident's archive folder while its files are being removed (docs/store.md).
 PRUNING_PREFIX = ".pruning_"
 
 
-class Store(StoreWriter):
-    """The incident store under one reports root (``.selfheal/`` by default)."""
+class Store(StoreReader):
+    """The incident store under one reports root (``.selfheal/`` by default): its reads, and
+    every write (incidents, status transitions, events, plans, attempts, run files and the moves
+    of whole incident folders).
 
-    # ------------------------------------------------------------------ archive
+    The one writer of the reports root is also the redaction boundary: every document (keys
+    and values), event and text file goes through ``redactor`` on its way to disk; only
+    patches are written raw (they must apply). Callers holding the settings pass theirs.
+    """
+
+    def __init__(
+        self,
+        root: Union[str, os.PathLike[str]],
+        *,
+        lock_timeout: float = 30.0,
+        clock: Optional[Callable[[], datetime]] = None,
+        redactor: Optional[Redactor] = None,
+    ) -> None:
+        super().__init__(root)
+        self.lock_timeout = lock_timeout
+        self._clock: Callable[[], datetime] = clock or utc
+        self.redactor: Redactor = redactor if redactor is not None else default_redactor()
+
+    def _clean(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """``doc`` with secrets redacted from its keys and values (what is written)."""
+        return dict(self.redactor.redact_obj(dict(doc), written_by_selfheal))
+
+    def _clean_events(self, events: Sequence[Event]) -> list[Event]:
+        return [ev.pending(event.event, self._clean(event.data)) for event in events]
+
+    def _now(self) -> datetime:
+        return utc(self._clock())
+
+    def lock(self, timeout: Optional[float] = None) -> fsio.FileLock:
+        """The store's inter-process lock, taken by every mutating method; re-entrant, so a
+        caller may hold it around a read-modify-write sequence too."""
+        fsio.ensure_dir(self.root)
+        return fsio.FileLock(self.confined(self.lock_path), self.lock_timeout if timeout is None else timeout)
+
+    @contextmanager
+    def locked(self, incident_id: str) -> Iterator[tuple[str, str, Path]]:
+        """Hold the lock over one incident: ``(validated id, bucket, folder)``, located again
+        under the lock. An unknown or invalid id fails before the lock creates anything."""
+        self.locate(incident_id)
+        with self.lock():
+            incident_id = validate_incident_id(incident_id)
+            bucket, folder = self.locate(incident_id)
+            yield incident_id, bucket, folder
+
+    def confined(self, path: Path) -> Path:
+        """``path``, checked before any write to stay under the reports root (``fsio.confine``)."""
+        return fsio.confine(self.root, path)
+
+    def create_incident(
+        self,
+        incident: Incident,
+        *,
+        log_tail: str,
+        context: RunContext,
+        run: Optional[str] = None,
+        now: Optional[datetime] = None,
+        events: Sequence[Event] = (),
+        plan: Optional[PlanBuilder] = None,
+        published: Optional[Published] = None,
+    ) -> str:
+        """Write a new incident into ``error_inbox/`` and return its id.
+
+        The store fills the record's empty identity and time fields (``_STORE_FILLED``). The
+        folder is built under a temporary name and renamed into place, so a half-made incident
+        never appears; ``events`` (the capture's) are logged in the same build, after
+        ``incident_captured``. ``plan``: built from the incident with its final id, published
+        with it (the incident then ``planned``). ``published``: given the records of
+        ``incident.json`` and ``plan.json`` as a reader parses them back, so that the
+        capture's report need not read them. A record that does not fit its schema, or an
+        unknown event name, is a bug of the caller (``ValueError``).
+        """
+        moment = self._now() if now is None else utc(now)
+        new, explicit_id = self._new_incident(incident, moment, run)
+        log_tail = self.redactor.redact(log_tail)
+        events = self._clean_events(events)
+        # Serialised up front (_new_incident checked the incident): unserialisable data fails
+        # before anything touches the disk.
+        context_text = fsio.dumps_json(self._clean(context.to_json()))
+        for event in events:
+            ev.encode_event(event)
+
+        with self.lock():
+            inbox = fsio.ensure_dir(self.confined(self.inbox_dir))
+            for build in inbox.glob(f"{_BUILD_PREFIX}*"):  # under the lock: a crash's leftover
+                shutil.rmtree(build, ignore_errors=True)
+            for _ in range(_CREATE_RETRIES):
+                incident_id = new.incident_id
+                # A plan folder without its incident (a capture killed between its two renames)
+                # keeps its id: a new plan never lands in it.
+                taken = any((self.bucket_dir(bucket) / incident_id).exists() for bucket in BUCKETS)
+                free = not taken and not (plan is not None and self.plans_dir(incident_id).exists())
+                log, final, plan_text = list(events), new, None
+                if free and plan is not None:
+                    plan_events, plan_text = self._publish_plan(new, plan)
+                    final, log = replace(new, status=IncidentStatus.PLANNED), log + plan_events
+                if free and self._build_and_publish(inbox, final, log_tail, context_text, log):
+                    written_plan = Plan.from_json(json.loads(plan_text), "plan.json") if plan_text is not None else None
+                    judging.remember(self.root, incident_id, incident=final, plan=written_plan,
+                                     context=RunContext.from_json(json.loads(context_text), "context.json"))
+                    if published is not None:
+                        # ``final`` was parsed from its document with its keys sorted: a reader
+                        # parses the same record back from incident.json.
+                        published(final, written_plan)
+                    return incident_id
+                if explicit_id:
+                    raise RefusedError(f"incident {incident_id} already exists")
+                # Same second, new random token (kept within the 40-character limit of <run>).
+                token = new_run_token() if run is None else f"{run[:33]}_{new_run_token()}"
+                new = replace(new, incident_id=new_incident_id(moment, token))
+        raise StoreIOError(f"could not find a free incident id in {self.inbox_dir} after {_CREATE_RETRIES} tries")
+
+    def _new_incident(self, incident: Incident, moment: datetime, run: Optional[str]) -> tuple[Incident, bool]:
+        """The new incident as published (redacted, the store's fields filled), and whether
+        the caller gave its id."""
+        doc = self._clean({key: value for key, value in incident.to_json().items()
+                           if not (key in _STORE_FILLED and value in ("", 0))})
+        if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
+            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
+        stamp = ev.format_ts(moment)
+        doc.setdefault("created_at", stamp)
+        doc.setdefault("updated_at", doc["created_at"])
+        doc.setdefault("year", moment.year)
+        doc.setdefault("month", moment.month)
+        doc.setdefault("ym", f"{moment.year:04d}-{moment.month:02d}")
+        doc.setdefault("run_id", new_run_id(moment))
+        explicit_id = "incident_id" in doc
+        if explicit_id:
+            doc["incident_id"] = validate_incident_id(doc["incident_id"])
+        else:
+            doc["incident_id"] = new_incident_id(moment, run)
+        # Keys sorted at every level, as incident.json has them: the record is then the one a
+        # reader parses back from the file (``published``).
+        return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
+
+    def _build_and_publish(
+        self,
+        inbox: Path,
+        incident: Incident,
+        log_tail: str,
+        context_text: str,
+        events: Sequence[Event],
+    ) -> bool:
+        """Build the five files under a temp name and rename into place; False if the id got taken."""
+        incident_id = incident.incident_id
+        captured = ev.pending(ev.INCIDENT_CAPTURED, {
+            "run_id": incident.run_id, "step": incident.step, "failure_class": incident.failure_class,
+            "error_signature": incident.error_signature, "status": IncidentStatus.NEW})
+        log = [ev.stamp(event, incident_id, ts=self._now()) for event in [captured, *events]]
+        return fsio.publish_folder(inbox / f"{_BUILD_PREFIX}{incident_id}_{os.urandom(4).hex()}", inbox / incident_id, {
+            INCIDENT_JSON: fsio.dumps_json(incident.to_json()),
+            STATUS_TXT: f"{incident.status}\n",
+            LOG_TAIL_TXT: log_tail,
+            CONTEXT_JSON: context_text,
+            AUDIT_TAIL_JSONL: "".join(ev.encode_event(record) + "\n" for record in log),
+        }, "create incident")
+
+    def _publish_plan(self, incident: Incident, plan: PlanBuilder) -> tuple[list[Event], str]:
+        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free) as
+        its folder is built; returns the plan's two events for the incident's log and the text
+        of ``plan.json``: the incident appears already ``planned``, with its plan."""
+        incident_id = incident.incident_id
+        built, built_md = plan(incident)
+        text = self._text("plan", built, incident_id)  # first: a bad plan fails before any write
+        check_transition(incident_id, IncidentStatus.NEW, IncidentStatus.PLANNED)
+        plans_root = fsio.ensure_dir(self.confined(self.plans_root))
+        # One fixed build name: under the lock nobody else builds a plan, so one there is a crash's leftover.
+        shutil.rmtree(plans_root / _PLAN_BUILD, ignore_errors=True)
+        fsio.publish_folder(plans_root / _PLAN_BUILD, self.plans_dir(incident_id),
+                            {PLAN_MD: self.redactor.redact(built_md), PLAN_JSON: text}, "write plan")
+        # The action ids as plan.json has them (redacted as in the document).
+        actions = [a.id if written_by_selfheal(a.id) else self.redactor.redact(a.id) for a in built.actions]
+        return [ev.pending(ev.PLAN_GENERATED, {"actions": actions}),
+                ev.pending(ev.STATUS_CHANGED, {"from": IncidentStatus.NEW, "to": IncidentStatus.PLANNED})], text
+
+    def update_incident(self, incident_id: str, /, *, held: Optional[Incident] = None, **fields: Any) -> Incident:
+        """Set top-level fields of ``incident.json``; returns the new record. ``held``: the
+        record as the caller's state holds it, changed instead of the file read again."""
+        fixed = sorted({"incident_id", "status", "created_at", "updated_at"} & set(fields))
+        if fixed:
+            raise ValueError(f"update_incident cannot set {', '.join(fixed)}")
+        with self.locked(incident_id) as (incident_id, _, folder):
+            before = held or self._read_incident_at(folder, incident_id)
+            doc = before.to_json()
+            doc.update(self._clean(fields))
+            doc["updated_at"] = ev.format_ts(self._now())
+            updated = _incident_of(doc, "incident update")
+            self._write_incident(folder, updated, before)
+            return updated
+
+    def set_status(self, incident_id: str, new: str, /, *, held: Optional[tuple[str, Incident]] = None,
+                   **event_data: Any) -> Incident:
+        """Move the incident to status ``new`` if the table allows it from ``status.txt``
+        (``RefusedError`` otherwise, nothing changed); returns the record written. ``held``:
+        ``(status.txt, record)`` as the caller's state holds them, not read again."""
+        clash = sorted({"from", "to"} & set(event_data))
+        if clash:
+            raise ValueError(f"status_changed data must not set {', '.join(clash)}")
+        ev.pending(ev.STATUS_CHANGED, event_data)  # a reserved key fails before anything is written
+        with self.locked(incident_id) as (incident_id, bucket, folder):
+            current, incident = held or (self._read_status_at(folder), self._read_incident_at(folder, incident_id))
+            check_transition(incident_id, current, new)
+            if bucket != INBOX:  # only reachable after a hand edit of status.txt
+                raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
+            return self._write_status(folder, incident, current, new, event_data)
+
+    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, data: Mapping[str, Any]) -> Incident:
+        """``incident.json``, then ``status.txt`` (the commit point), then ``status_changed`` with ``data``."""
+        written = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
+        self._write_incident(folder, written, incident)
+        fsio.atomic_write_text(self.confined(folder / STATUS_TXT), new + "\n")
+        self._append_event_at(folder, incident.incident_id, ev.STATUS_CHANGED, {"from": current, "to": new, **data})
+        return written
+
+    def _write_incident(self, folder: Path, incident: Incident, before: Incident) -> None:
+        fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
+        judging.remember(self.root, incident.incident_id, incident=incident, before=before)
+
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> None:
+        record = ev.stamp(ev.pending(name, self._clean(data)), incident_id, ts=self._now())
+        fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
+
+    def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
+        """Append one event to the incident's ``audit_tail.jsonl``; returns the record."""
+        return self.append_events(incident_id, [ev.pending(name, data)])[0]
+
+    def append_events(self, incident_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append several events in order as one write and one fsync; returns the records."""
+        incident_id = validate_incident_id(incident_id)
+        events = self._clean_events(events)  # each checked again: before taking the lock
+        self.locate(incident_id)
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            records = [ev.stamp(event, incident_id, ts=self._now()) for event in events]
+            fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
+            return records
+
+    def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
+        """Write ``plan.md`` then ``plan.json``; returns plan.json's path. The caller appends
+        ``plan_generated`` and moves the status."""
+        incident_id = validate_incident_id(incident_id)
+        text = self._text("plan", plan, incident_id)
+        plan_md = self.redactor.redact(plan_md)
+        with self.locked(incident_id):
+            folder = fsio.ensure_dir(self.confined(self.plans_dir(incident_id)))
+            fsio.atomic_write_text(self.confined(folder / PLAN_MD), plan_md)
+            before = self.read_plan(incident_id) if (folder / PLAN_JSON).exists() else None
+            fsio.atomic_write_text(self.confined(folder / PLAN_JSON), text)
+            judging.remember(self.root, incident_id, plan=Plan.from_json(json.loads(text), "plan.json"),
+                             plan_before=before)
+            return folder / PLAN_JSON
+
+    def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
+        """Write ``error_runs/<id>/attempt_XX.json``, never over an existing one
+        (``RefusedError``): a resumed loop never rewrites history."""
+        incident_id = validate_incident_id(incident_id)
+        return self._write_run(incident_id, attempt_filename(attempt.iteration),
+                               self._text("attempt", attempt, incident_id), new=True)
+
+    def write_run_result(self, incident_id: str, result: RunResult) -> Path:
+        """Write (or replace) ``error_runs/<id>/run_result.json``."""
+        incident_id = validate_incident_id(incident_id)
+        return self._write_run(incident_id, RUN_RESULT_JSON, self._text("run_result", result, incident_id))
+
+    def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
+        """Write another file into ``error_runs/<id>/`` (``repair_01.log``), redacted unless
+        ``raw`` (patches only: a redacted patch no longer applies)."""
+        text = text if raw else self.redactor.redact(text)
+        incident_id = validate_incident_id(incident_id)
+        if RUN_FILE_RE.fullmatch(name) is None or ".." in name:
+            raise ValueError(f"unsafe run file name {name!r}")
+        if name == RUN_RESULT_JSON or ATTEMPT_RE.fullmatch(name):
+            raise ValueError(f"{name} has its own writer")
+        return self._write_run(incident_id, name, text)
+
+    def _write_run(self, incident_id: str, name: str, text: str, *, new: bool = False) -> Path:
+        with self.locked(incident_id):
+            path = self.confined(fsio.ensure_dir(self.confined(self.runs_dir(incident_id))) / name)
+            if new and path.exists():
+                raise RefusedError(f"{self._relative(path)} already exists; the next attempt of {incident_id} "
+                                   f"is {self.next_attempt_number(incident_id)}")
+            fsio.atomic_write_text(path, text)
+            return path
+
+    def selection_file(self, incident_id: str, index: int = 0) -> Path:
+        """Where verification command ``index`` hands a long selection to its pytest child:
+        ``error_runs/<id>/selection.json``, ``selection_2.json``…"""
+        folder = fsio.ensure_dir(self.confined(self.runs_dir(validate_incident_id(incident_id))))
+        name = SELECTION_FILE if index == 0 else SELECTION_FILE.replace(".", f"_{index + 1}.", 1)
+        return self.confined(folder / name)
+
+    def redact_again(self, incident: Incident) -> tuple[Incident, Optional[Plan]]:
+        """Apply this store's redactor to an incident another process wrote (the pytest child of
+        ``selfheal ci`` never sees a ``*TOKEN*`` variable, so cannot redact its value): each
+        file read once, rewritten only when it changes. Returns the incident and plan as written."""
+        incident_id = incident.incident_id
+        plan: Optional[Plan] = None
+        with self.lock():
+            _, folder = self.locate(incident_id)
+            doc = incident.to_json()
+            clean = self.redactor.redact_obj(doc, written_by_selfheal)
+            if clean != doc:
+                redacted = _incident_of(clean, "incident redaction")
+                self._write_incident(folder, redacted, incident)
+                incident = redacted
+            for path in [p for p in self.record_paths(incident_id) if p.name != INCIDENT_JSON] + [
+                    folder / name for name in (CONTEXT_JSON, LOG_TAIL_TXT, AUDIT_TAIL_JSONL)] + [
+                    self.plans_dir(incident_id) / PLAN_MD]:
+                if not path.is_file():
+                    continue
+                text = fsio.read_text(path)
+                if path.suffix == ".json":
+                    doc = fsio.parse_json(text, path)
+                    clean = self.redactor.redact_obj(doc, written_by_selfheal)
+                    new = fsio.dumps_json(clean) if clean != doc else text
+                    if path.name == PLAN_JSON:
+                        plan = self._parsed(Plan, clean, path, incident_id)
+                elif path.suffix == ".jsonl":  # event by event; a torn line as text
+                    new = "".join(self._redacted_event_line(line) + "\n" for line in text.splitlines())
+                else:
+                    new = self.redactor.redact(text)
+                if new != text:
+                    fsio.atomic_write_text(self.confined(path), new)
+        return incident, plan
+
+    def _redacted_event_line(self, line: str) -> str:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return self.redactor.redact(line)
+        clean = self.redactor.redact_obj(record, written_by_selfheal)
+        return line if clean == record else ev.encode_line(clean)
+
+    def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
+        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
+        (``ValueError``: a bug of the caller), serialised before any file is touched."""
+        doc = self._clean(record.to_json())
+        try:
+            DOCUMENTS[kind][0].parse(doc, "")
+        except FieldError as exc:
+            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {exc}") from None
+        if doc["incident_id"] != incident_id:
+            raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
+        return fsio.dumps_json(doc)
 
     def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
         """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status first
@@ -63,20 +448,18 @@ class Store(StoreWriter):
                 check_transition(incident_id, current, bucket)
                 fsio.ensure_dir(target_dir)
                 incident = held[1] if held else self._read_incident_at(folder, incident_id)
-                self._write_status(folder, incident, current, bucket, ev.pending(ev.STATUS_CHANGED, {"reason": "archive"}))
-                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
+                self._write_status(folder, incident, current, bucket, {"reason": "archive"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
                 events = ev.since_last_reopen(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
-                    self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True}))
+                    self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
-                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to}))
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_ARCHIVED, {"bucket": bucket, "archived_to": archived_to})
             fsio.move(folder, destination)
             return destination
-
-    # ------------------------------------------------------------------ reopen
 
     def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` as ``planned``, its next loop run
@@ -101,16 +484,11 @@ class Store(StoreWriter):
             # `selfheal reopen ID`: back to the inbox as planned (not a TRANSITIONS move).
             if current != IncidentStatus.PLANNED:
                 before = self._read_incident_at(folder, incident_id)
-                incident = replace(before, status=IncidentStatus.PLANNED, updated_at=ev.format_ts(self._now()))
-                if continue_run:
-                    incident = replace(incident, resumed_after_iteration=after)
-                else:
-                    incident = replace(incident, reopened_after_iteration=after)
-                self._write_incident(folder, incident, before)
-                fsio.atomic_write_text(folder / STATUS_TXT, IncidentStatus.PLANNED.value + "\n")
-                self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
-                                      {"from": current, "to": IncidentStatus.PLANNED, "reason": "code_changed" if continue_run else "reopen"}))
-                self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, data))
+                reopened = (replace(before, resumed_after_iteration=after) if continue_run
+                            else replace(before, reopened_after_iteration=after))
+                self._write_status(folder, reopened, current, IncidentStatus.PLANNED,
+                                   {"reason": "code_changed" if continue_run else "reopen"})
+                self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
                 events = self._read_events_at(folder)[0]
@@ -118,13 +496,11 @@ class Store(StoreWriter):
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
-                        self._append_event_at(folder, incident_id, ev.pending(ev.STATUS_CHANGED,
-                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True}))
-                    self._append_event_at(folder, incident_id, ev.pending(ev.INCIDENT_REOPENED, dict(data, recovered=True)))
+                        self._append_event_at(folder, incident_id, ev.STATUS_CHANGED,
+                                              {"from": bucket, "to": IncidentStatus.PLANNED, "reason": "reopen", "recovered": True})
+                    self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, dict(data, recovered=True))
             fsio.move(folder, fsio.ensure_dir(self.inbox_dir) / incident_id)
             return bucket, current, after
-
-    # ------------------------------------------------------------------ prune
 
     def prune(self, incident_id: str) -> None:
         """Delete an archived incident with its plan and run folders. Its folder is first
@@ -139,14 +515,9 @@ class Store(StoreWriter):
 
     def finish_prunes(self) -> list[str]:
         """Complete prunes a kill interrupted (``error_archive/.pruning_<id>`` left behind); their ids."""
-        try:
-            names = os.listdir(self.archive_root)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise fsio.io_error("list", self.archive_root, exc) from None
+        names = fsio.list_names(self.archive_root)
         done = []
-        with self.lock():
+        with self.lock() if names else nullcontext():
             for name in sorted(names):
                 incident_id = name[len(PRUNING_PREFIX):]
                 if name.startswith(PRUNING_PREFIX) and is_incident_id(incident_id):
@@ -164,6 +535,18 @@ class Store(StoreWriter):
                     shutil.rmtree(path)
             except OSError as exc:
                 raise fsio.io_error("remove", path, exc) from None
+
+
+# The fields of a new incident that the store fills (a record built by the capture leaves them empty).
+_STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
+
+
+def _incident_of(doc: object, what: str) -> Incident:
+    """An incident document the store built, checked (``ValueError``: a bug of the caller)."""
+    try:
+        return Incident.parse(doc, "")
+    except FieldError as exc:
+        raise ValueError(f"{what} does not fit the schema: {exc}") from None
 
 
 def project_store(project_root: Path, reports_dir: str, redactor: Redactor) -> Store:

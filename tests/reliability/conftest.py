@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from helpers import FULL, PY, cli, run_env
 
-from pytest_selfheal.store.states import STATUSES
+from pytest_selfheal.records.vocab import STATUSES
 
 HERE = Path(__file__).resolve().parent
 FAULTSHIM = HERE / "_faultshim.py"

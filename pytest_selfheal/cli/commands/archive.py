@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pytest_selfheal.cli.commands._common import add_incident_arguments, incident_from_args, print_json
-from pytest_selfheal.store.states import ARCHIVE_BUCKETS
+from pytest_selfheal.records.vocab import ARCHIVE_BUCKETS
 
 NAME = "archive"
 HELP = "move an incident from error_inbox/ to error_archive/resolved|escalated/"

@@ -14,7 +14,7 @@ from pytest_selfheal.loop.verify import verification_root
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
-from pytest_selfheal.store.source import project_source
+from pytest_selfheal.store.fsio import project_source
 
 NAME = "plan"
 HELP = ("print the remediation plan of an incident (--force: regenerate it from incident.json; "

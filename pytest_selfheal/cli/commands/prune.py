@@ -13,9 +13,8 @@ from pytest_selfheal.cli.commands._common import (
     store_from_args,
 )
 from pytest_selfheal.loop.state import parse_stamp
-from pytest_selfheal.records.summary import IncidentSummary
 from pytest_selfheal.store import judging
-from pytest_selfheal.store.reader import INBOX
+from pytest_selfheal.store.reader import INBOX, IncidentSummary
 
 NAME = "prune"
 HELP = "delete archived incidents (resolved/escalated) older than N days, with their plans and runs"

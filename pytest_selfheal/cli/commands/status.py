@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_selfheal.cli.commands._common import add_dir_argument, print_json, store_from_args
-from pytest_selfheal.records.summary import IncidentSummary
+from pytest_selfheal.store.reader import IncidentSummary
 
 NAME = "status"
 HELP = "list incidents (inbox and archive) with their status"
