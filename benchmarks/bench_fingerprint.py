@@ -148,7 +148,7 @@ def baseline_in_process(path: Path) -> int:
 def selfheal_in_process(path: Path) -> int:
     """The CLI's own function path: read, analyse, JSON-encode (what ``--json`` prints)."""
     from pytest_selfheal.analysis import classify, fingerprint
-    from pytest_selfheal.cli.commands.fingerprint import collect, write_json
+    from pytest_selfheal.cli.reports import collect, write_json
 
     # Every timed run starts cold, like the CLI process does.
     fingerprint.normalise.cache_clear()

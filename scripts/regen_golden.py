@@ -218,7 +218,7 @@ def expected_for(xml: Path) -> list[dict[str, Any]]:
     """What ``selfheal fingerprint <xml> --json`` prints, run from the file's directory."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-    from pytest_selfheal.cli.commands.fingerprint import collect
+    from pytest_selfheal.cli.reports import collect
 
     warnings: list[str] = []
     errors: list[str] = []

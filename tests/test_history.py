@@ -454,8 +454,8 @@ def test_merge_adds_the_shards_histories(tmp_path: Path) -> None:
 
 
 def test_history_json_loads_the_config_once_and_redacts_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_selfheal.cli.commands import _common
-    from pytest_selfheal.cli.commands import history as history_command
+    from pytest_selfheal.cli import ci as history_command
+    from pytest_selfheal.cli import common as _common
 
     project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
     (project / ".planning").mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
-from pytest_selfheal.cli.commands._common import print_json
+from pytest_selfheal.cli.common import print_json
 from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 
 SECRET = "ACME-90210"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_selfheal
 
-from pytest_selfheal.cli.commands.reopen import AGENT_VARIABLES
+from pytest_selfheal.cli.incidents import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import (
     Hasher,

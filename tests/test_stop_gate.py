@@ -334,10 +334,10 @@ def test_a_hook_command_line_that_is_wrong_still_answers_and_exits_0(tmp_path: P
 
 def test_a_crash_before_the_gate_starts_is_one_line_and_exit_0(tmp_path: Path) -> None:
     # A selfheal whose command modules cannot load (a broken install): still one answer.
-    broken = tmp_path / "shadow" / "pytest_selfheal" / "cli" / "commands"
+    broken = tmp_path / "shadow" / "pytest_selfheal" / "cli"
     broken.mkdir(parents=True)
-    (broken / "stop_gate.py").write_text("raise RuntimeError('half-installed')\n")
-    done = subprocess.run([PY, "-c", "import sys, pytest_selfheal.cli.commands as c; c.__path__.insert(0, sys.argv[1]); "
+    (broken / "tools.py").write_text("raise RuntimeError('half-installed')\n")
+    done = subprocess.run([PY, "-c", "import sys, pytest_selfheal.cli as c; c.__path__.insert(0, sys.argv[1]); "
                            "from pytest_selfheal.cli.main import main; sys.exit(main(['stop-gate', 'claude']))",
                            str(broken)], input=b"{}", capture_output=True, timeout=60, cwd=tmp_path, env=run_env())
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr

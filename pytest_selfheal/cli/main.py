@@ -1,27 +1,57 @@
 """The ``selfheal`` console script.
 
-Each command is a module of ``pytest_selfheal.cli.commands`` with ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``. Errors reach the user as one line and an
-exit code (docs/exit-codes.md), never a traceback.
+Each command is a :class:`~pytest_selfheal.cli.options.Command`: ``mcp`` here, the others in the
+modules of cli/table.py. Errors reach the user as one line and an exit code (docs/exit-codes.md),
+never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import textwrap
 from collections.abc import Sequence
-from types import ModuleType
+from pathlib import Path
 from typing import NoReturn, Optional
 
 from pytest_selfheal import __version__
-from pytest_selfheal.cli.commands import mcp
+from pytest_selfheal.cli.options import Command, arg, command, set_flag
+from pytest_selfheal.config.files import is_project
+from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
 from pytest_selfheal.gate.agents import Agent, cannot_judge, hook_call, hook_output
+from pytest_selfheal.mcp_server.server import build_server, operations
 from pytest_selfheal.redact import default_redactor
 
-# Every other command module, by name, once a command needs them (:func:`_commands`).
-_COMMANDS: dict[str, ModuleType] = {}
+INSTALL_HINT = "selfheal mcp needs the optional extra (Python 3.10+): pip install 'pytest-selfheal[mcp]'"
+
+
+@command("mcp", "serve run_tests, status, show, loop, report and apply to a coding agent over MCP (stdio)",
+         arg("--root", metavar="DIR", default=None,
+             help="the project to serve (default: the current directory); pytest runs there"),
+         set_flag("override a ralf_lite key for every call, e.g. --set mcp.max_chars=4000 (repeatable)"))
+def mcp(args: argparse.Namespace) -> int:
+    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set
+    (a bad config file is each tool's one-line error instead)."""
+    if importlib.util.find_spec("mcp") is None:
+        raise UsageError(INSTALL_HINT)
+    directory = Path(args.root) if args.root else Path.cwd()
+    if not directory.is_dir():
+        raise UsageError(f"--root {directory}: not a directory")
+    for text in args.overrides:
+        parse_override(text, "--set")  # a bad one: exit 2 now
+    # Outside a project (clients start servers in / or $HOME) tests run only in a root the
+    # client names; --root is the user's word that the directory is the project.
+    confirmed = bool(args.root) or is_project(directory.resolve())
+    # A bad config file does not stop the server: the config is read at every call, so every
+    # tool answers with its one-line error until it is fixed (a client shows no start-up error).
+    build_server(operations(directory, args.overrides, confirmed)).run("stdio")
+    return 0
+
+
+# Every other command, by name, once a command needs them (:func:`_commands`).
+_COMMANDS: dict[str, Command] = {}
 
 
 DESCRIPTION = (
@@ -30,8 +60,8 @@ DESCRIPTION = (
     "provider (an AI coding agent or a hook) change code in between, and stops on a hard rule: "
     "success, max_iterations, repeated_fingerprint, no_progress..."
 )
-# Every command, in the order a newcomer meets them: a new command module is listed here and
-# imported in cli/table.py (tests/test_entry_point.py checks that none is left out).
+# Every command, in the order a newcomer meets them (tests/test_entry_point.py checks that none
+# is left out).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start here", ("demo", "status", "show", "loop", "report")),
     ("Incidents", ("reopen", "apply", "plan", "archive", "prune", "replay")),
@@ -43,27 +73,22 @@ _HELP_WIDTH = 100
 
 
 def command_names() -> list[str]:
-    """Every command of :data:`GROUPS`, sorted (``stop_gate.py`` is ``stop-gate``)."""
+    """Every command of :data:`GROUPS`, sorted."""
     return sorted(name for _, names in GROUPS for name in names)
 
 
-def _commands() -> dict[str, ModuleType]:
+def find_command(name: str) -> Command:
+    """The command ``name``; ValueError for no command."""
+    if name == mcp.name:
+        return mcp
     if not _COMMANDS:
         # Imported at the first need: `selfheal mcp` serves without the other commands' modules,
         # so that it answers its client's first request sooner (docs/benchmarks.md, MCP start).
         from pytest_selfheal.cli import table
 
         _COMMANDS.update(table.COMMANDS)
-    return _COMMANDS
-
-
-def command_module(name: str) -> ModuleType:
-    """The module of command ``name`` (its ``NAME`` is ``name``); ValueError for no command."""
-    name = name.replace("_", "-")
-    if name == mcp.NAME:
-        return mcp
     try:
-        return _commands()[name]
+        return _COMMANDS[name]
     except KeyError:
         raise ValueError(f"no selfheal command {name!r}") from None
 
@@ -98,19 +123,19 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser, one subparser per discovered command (``only``: that one alone,
     so that running a command imports no other)."""
-    modules = [command_module(name) for name in ([only] if only is not None else command_names())]
+    commands = [find_command(name) for name in ([only] if only is not None else command_names())]
     parser = _Parser(prog="selfheal", description=textwrap.fill(DESCRIPTION, _HELP_WIDTH),
                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                     epilog=command_overview({m.NAME: m.HELP for m in modules}) if only is None else None)
+                     epilog=command_overview({c.name: c.help for c in commands}) if only is None else None)
     parser.add_argument("--version", action="version", version=f"selfheal {__version__}")
     # The commands are listed by the epilog, grouped; argparse's own list would be alphabetical.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
                                 help="one of the commands below")
     sub.required = True
-    for module in modules:
-        child = sub.add_parser(module.NAME, description=module.HELP)
-        module.add_arguments(child)
-        child.set_defaults(_run=module.run)
+    for found in commands:
+        child = sub.add_parser(found.name, description=found.help)
+        found.add_arguments(child)
+        child.set_defaults(run=found.run)
     return parser
 
 
@@ -126,7 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # still answers.
         only = words[0] if words and words[0] in command_names() else None
         args = build_parser(only).parse_args(words)
-        return int(args._run(args))
+        return int(args.run(args))
     except SelfhealError as exc:
         if hook is not None:
             return _let_the_agent_stop(hook, str(exc))

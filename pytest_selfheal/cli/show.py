@@ -12,13 +12,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytest_selfheal.analysis.testfiles import MISSING, changed, is_recorded, patch_test_files, tests_first
-from pytest_selfheal.cli.commands._common import (
-    add_incident_arguments,
-    incident_from_args,
-    print_json,
-    project_redactor,
-    project_root,
-)
+from pytest_selfheal.cli.common import incident_from_args, print_json, project_redactor, project_root
+from pytest_selfheal.cli.options import command, on_incident
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
 from pytest_selfheal.records.incident_view import IncidentView
@@ -27,13 +22,14 @@ from pytest_selfheal.repair.patches import FINAL_PATCH, proposed_patch, read_run
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
 
-NAME = "show"
-HELP = "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run result"
-
 # Root causes and plan actions listed (10,000 failures made 500 of each): the rest counted, all in --json.
 _SHOWN_GROUPS = 20
+
+
 # Of the proposed patch shown (text and JSON): the whole file stays in error_runs/ID/.
 PATCH_LINES = 200
+
+
 PATCH_CHARS = 16_000
 
 
@@ -150,10 +146,6 @@ def _in_the_tree(store: Store, incident_id: str) -> bool:
         return True
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_incident_arguments(parser, "print the incident as JSON")
-
-
 class _Code(str):
     """A line of code: shown with its indentation (only line breaks and tabs flattened)."""
 
@@ -251,7 +243,9 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
     return "\n".join(f"{label.ljust(width)}  {_flat(value)}".rstrip() for label, value in rows)
 
 
-def run(args: argparse.Namespace) -> int:
+@command("show", "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run "
+                 "result", *on_incident("print the incident as JSON"))
+def show_command(args: argparse.Namespace) -> int:
     """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store, incident_id = incident_from_args(args)
     view = incident_view(store, incident_id)

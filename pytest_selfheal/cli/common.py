@@ -16,8 +16,6 @@ from pytest_selfheal.redact import Redactor, default_redactor
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
 
-ID_HELP = "incident id (incident_YYYYMMDD_HHMMSS_<run>), a unique prefix of one, or `latest`"
-
 
 def print_json(data: Any, redactor: Optional[Redactor] = None) -> None:
     """Print ``data`` as indented, key-sorted JSON on stdout, keys and values redacted by
@@ -33,19 +31,6 @@ def project_redactor() -> Redactor:
         return load_config(project_root()).redactor
     except SelfhealError:
         return default_redactor()
-
-
-def add_dir_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", metavar="DIR", default=None,
-                        help="reports root (default: the configured ralf_lite.reports_dir, .selfheal, in the project "
-                             "root: the directory pytest takes as rootdir from here)")
-
-
-def add_incident_arguments(parser: argparse.ArgumentParser, json_help: str = "print the result as JSON") -> None:
-    """``ID``, ``--json`` and ``--dir``: what every command on one incident takes."""
-    parser.add_argument("incident_id", metavar="ID", help=ID_HELP)
-    parser.add_argument("--json", action="store_true", help=json_help)
-    add_dir_argument(parser)
 
 
 def project_root() -> Path:

@@ -1,1 +1,0 @@
-"""Subcommands of the ``selfheal`` console script, one module each (see ``cli.py``)."""
