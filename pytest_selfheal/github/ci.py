@@ -446,9 +446,12 @@ def post_comment(ctx: ActionsContext, number: Optional[int], body: str, *, name:
         else:
             say(f"selfheal ci: not a pull request event ({ctx.event_name or 'no event'}): no comment")
         return None
-    if not ctx.token or not ctx.repository:
-        warn(f"No GitHub token (GITHUB_TOKEN is empty): not commenting on PR #{number}; the report is in the job "
-             "summary." if not ctx.token else f"GITHUB_REPOSITORY is not set: not commenting on PR #{number}.")
+    if not ctx.token:
+        warn(f"No GitHub token (GITHUB_TOKEN is empty): not commenting on PR #{number}; "
+             "the report is in the job summary.")
+        return None
+    if not ctx.repository:
+        warn(f"GITHUB_REPOSITORY is not set: not commenting on PR #{number}.")
         return None
     try:
         client = GitHubClient(ctx.api_url, ctx.token, ctx.repository)
