@@ -28,6 +28,7 @@ from pytest_selfheal.plan.groups import group_by_root_cause
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.plan.suspects import (
     excerpt,
+    failing_kin,
     ochiai,
     rank_groups,
     spectrum_evidence,
@@ -151,6 +152,25 @@ def test_the_spectrum_ranks_what_failing_tests_ran_and_passing_ones_did_not() ->
     assert [e.to_json() for e in evidence.top["f2"]] == [
         {"path": "c.py", "name": "C.__setitem__", "line": 5, "score": 0.816}]
     assert evidence.scores == scores
+
+
+def test_a_failing_test_unlike_the_others_lends_nothing_to_the_helper_they_share() -> None:
+    """A tokenizer fault fails three tests, which build their input with ``parse``; a fourth
+    test, in another file, fails in the renderer for another reason and shares only ``parse``
+    with them. Every passing test of the tokenizer runs ``parse`` and ``tokenize`` alike: the
+    fourth failure alone would put ``parse`` ahead; told apart, ``tokenize`` is its equal.
+    Failing tests of one file stay kin however little they share (a narrow test and a broad one)."""
+    parse, tokenize, lex = ("m.py", "parse", 1), ("m.py", "tokenize", 10), ("m.py", "lex", 20)
+    renderer = {("r.py", f"render{n}", n) for n in range(12)}
+    f1, f2, f3, other = "t_tok.py::f1", "t_tok.py::f2", "t_tok.py::f3", "t_render.py::other"
+    covered = {f1: {parse, tokenize}, f2: {parse, tokenize, lex}, f3: {parse, tokenize, lex},
+               other: {parse, *renderer}, **{f"p{n}": {parse, tokenize} for n in range(4)}, "p9": renderer}
+    failed, passed = {f1, f2, f3, other}, {"p0", "p1", "p2", "p3", "p9"}
+    assert sorted(map(sorted, failing_kin(covered, sorted(failed)))) == [[other], [f1, f2, f3]]
+    scores = spectrum_scores(covered, failed, passed)
+    assert scores[parse] == scores[tokenize] == pytest.approx(ochiai(3, 4, 4))
+    assert scores[("r.py", "render0", 0)] == pytest.approx(ochiai(1, 4, 1))
+    assert len(failing_kin({**covered, "t_tok.py::f4": {parse, *renderer}}, [f1, "t_tok.py::f4"])) == 1
 
 
 def test_a_function_the_evidence_names_keeps_its_score_past_the_kept_few() -> None:

@@ -43,6 +43,9 @@ _EVIDENCE_SHARE = 0.1
 # The first two suspects of a group whose scores differ by at most this are equals: the
 # plan names both, with their code, and asks to check both (docs/loop.md "The plan").
 NEAR_TIE = 0.02
+# Failing tests of two files sharing less than this share of the functions they ran
+# (Jaccard) are not taken to fail of one fault (:func:`failing_kin`).
+KIN = 0.1
 
 # A function of the spectrum: (repo-relative path, qualified name, line of its def).
 FunctionKey = tuple[str, str, int]
@@ -213,21 +216,44 @@ def ochiai(failed: float, total_failed: int, passed: float = 0.0) -> float:
     return failed / math.sqrt(total_failed * (failed + passed))
 
 
+def failing_kin(covered: Mapping[str, AbstractSet[FunctionKey]], failing: Iterable[str]) -> list[list[str]]:
+    """The failing tests in kin, taken to fail of one fault: tests of one file, or of two that
+    share at least :data:`KIN` of the functions either ran; and kin of kin (single linkage)."""
+    # Tests that ran the same functions (a parametrised test's cases) are compared once.
+    profiles: dict[frozenset[FunctionKey], list[str]] = {}
+    for nodeid in failing:
+        profiles.setdefault(frozenset(covered[nodeid]), []).append(nodeid)
+    kin: list[tuple[set[str], list[frozenset[FunctionKey]], list[str]]] = []  # files, profiles, node ids
+    for ran, nodeids in profiles.items():
+        files = {n.split("::", 1)[0] for n in nodeids}
+        near = [k for k in kin if k[0] & files or any(len(ran & o) >= KIN * len(ran | o) for o in k[1])]
+        kin = [k for k in kin if all(k is not n for n in near)]
+        kin.append((files.union(*(k[0] for k in near)), [ran, *(o for k in near for o in k[1])],
+                    [*(n for k in near for n in k[2]), *nodeids]))
+    return [k[2] for k in kin]
+
+
 def spectrum_scores(
     covered: Mapping[str, AbstractSet[FunctionKey]], failed: AbstractSet[str], passed: AbstractSet[str]
 ) -> dict[FunctionKey, float]:
     """Ochiai of every function the failing tests ran: ``ef`` failing and ``ep`` passing tests
-    ran it, out of ``F`` failing tests (tests neither failed nor passed do not count)."""
-    ef: dict[FunctionKey, int] = {}
+    ran it, out of ``F`` failing tests (tests neither failed nor passed do not count). ``ef``
+    counts one kin of failing tests (:func:`failing_kin`), the function's best: a test failing
+    for another reason (one that failed before the change) lends nothing to the functions it
+    shares with the others, a helper every test calls."""
     ep: dict[FunctionKey, int] = {}
-    for nodeid, keys in covered.items():
-        side = ef if nodeid in failed else ep if nodeid in passed else None
-        if side is None:
-            continue
-        for key in keys:
-            side[key] = side.get(key, 0) + 1
-    total = sum(1 for n in covered if n in failed)
-    return {key: ochiai(count, total, ep.get(key, 0)) for key, count in ef.items()}
+    for key in (k for nodeid, keys in covered.items() if nodeid in passed for k in keys):
+        ep[key] = ep.get(key, 0) + 1
+    failing = [n for n in covered if n in failed]
+    ef: dict[FunctionKey, int] = {}
+    for kin in failing_kin(covered, failing):
+        counts: dict[FunctionKey, int] = {}
+        for nodeid in kin:
+            for key in covered[nodeid]:
+                counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
+            ef[key] = max(ef.get(key, 0), count)
+    return {key: ochiai(count, len(failing), ep.get(key, 0)) for key, count in ef.items()}
 
 
 _SPECTRUM_KEYS = ("path", "name", "line", "score")
