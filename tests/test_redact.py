@@ -340,7 +340,26 @@ def test_redact_never_raises_and_is_idempotent(text: str) -> None:
     r = Redactor(ENV)
     once = r.redact(text)
     assert isinstance(once, str)
+    assert Redactor(ENV).redact(once) == once  # a fresh redactor: this one remembers what it wrote
     assert r.redact(once) == once
+
+
+def test_a_string_is_scanned_once_however_many_documents_write_it() -> None:
+    scanned: list[str] = []
+
+    class Counting(Redactor):
+        def _one_pass(self, text: str) -> str:
+            scanned.append(text)
+            return super()._one_pass(text)
+
+    r = Counting(ENV)
+    nodeid = f"tests/test_api.py::test_login[{ENV['MY_SERVICE_TOKEN']}]"
+    written = r.redact(nodeid)
+    assert ENV["MY_SERVICE_TOKEN"] not in written
+    passes = len(scanned)
+    for _ in range(3):  # the incident, the plan, the report write it again, already redacted
+        assert r.redact(written) == written and r.redact(nodeid) == written
+    assert len(scanned) == passes
 
 
 # Secrets planted in random surrounding text. Separators are likely, so secrets sit both glued

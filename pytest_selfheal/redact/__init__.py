@@ -427,6 +427,7 @@ class Redactor:
             if len(self._memo) >= _MEMO_ENTRIES:
                 self._memo.clear()
             done = self._memo[text] = self._redact(text)
+            self._memo[done] = done  # what comes out is clean (idempotent): a later write of it scans nothing
         return done
 
     def _redact(self, text: str) -> str:
