@@ -1,5 +1,5 @@
 """A reopened incident, the paths a plan names and the names a test or patch chose hold at
-the trust boundaries (docs/reliability.md "Adversarial pass, round 3"): each variant that
+the trust boundaries (docs/reliability.md "Trust boundaries"): each variant that
 broke, reproduced, then held.
 
 - a resolved incident reopened after a regression said ``STOP success`` without running;
