@@ -116,7 +116,6 @@ def ci_command(args: argparse.Namespace) -> int:
 
 ACTIONS = ("push", "pull", "compact")
 
-
 # The options of some actions only.
 _ONLY_FOR = {"older_than": ("compact",), "token_env": ACTIONS, "segments": ("push",)}
 

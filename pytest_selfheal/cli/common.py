@@ -25,6 +25,15 @@ def print_json(data: Any, redactor: Optional[Redactor] = None) -> None:
     sys.stdout.write(text + "\n")
 
 
+def answer(args: argparse.Namespace, data: Any, text: str) -> int:
+    """Print ``data`` as JSON with ``--json``, else ``text``; 0."""
+    if args.json:
+        print_json(data)
+    else:
+        print(text)
+    return 0
+
+
 def project_redactor() -> Redactor:
     """The redactor of the project seen from here; the built-in defaults when its config cannot be read."""
     try:
