@@ -360,3 +360,6 @@ def quarantine_command(args: argparse.Namespace) -> int:
     fsio.atomic_write_text(path, text)
     print(said)
     return 0
+
+
+COMMANDS = {found.name: found for found in (ci_command, history_command, flaky_command, quarantine_command)}

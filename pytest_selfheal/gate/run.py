@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.errors import SelfhealError
@@ -26,15 +26,12 @@ from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
 from pytest_selfheal.mcp_server.digest import FOR_THE_USER, one_line
-from pytest_selfheal.mcp_server.server import operations
+from pytest_selfheal.mcp_server.tools import Project
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 from pytest_selfheal.store import fsio
 from pytest_selfheal.store.root import Store
-
-if TYPE_CHECKING:
-    from pytest_selfheal.mcp_server.tools import Project
 
 GATE_DIR = "gate"  # under the reports root: the block counts of Claude Code sessions
 GREEN = (FinalStatus.PASSED, FinalStatus.RESOLVED)  # verdict statuses that mean nothing is left to fix
@@ -172,8 +169,7 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
         if not is_project(directory):
             raise SelfhealError(f"{directory} is not a project (no pytest config, setup.py, pyproject.toml "
                                 "or .git here or above); not running tests there")
-        # The MCP server's operations: their modules load here, not with every command's.
-        answer = decide(operations(directory, (), True)(), payload)
+        answer = decide(Project(directory), payload)
     except SelfhealError as exc:
         return cannot_judge(agent, str(exc))
     lines = [answer.message] if agent is Agent.CURSOR and not answer.block and answer.message else []

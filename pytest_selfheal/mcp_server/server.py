@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import typing
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
@@ -138,18 +138,16 @@ async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
             return
 
 
-def operations(directory: Path, overrides: Sequence[str], confirmed: bool) -> "Callable[[], Project]":
-    """The project's operations, made at the first call of the function returned (once,
-    whichever thread asks first): the modules they need load then."""
+def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
+    """The project's operations, made by ``make`` at the first call of the function returned
+    (once, whichever thread asks first): the modules they need load then."""
     made: list[Project] = []
     making = threading.Lock()
 
     def project() -> "Project":
         with making:
             if not made:
-                from pytest_selfheal.mcp_server.tools import Project
-
-                made.append(Project(directory, overrides, confirmed=confirmed))
+                made.append(make())
             return made[0]
 
     return project
