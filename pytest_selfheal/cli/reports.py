@@ -42,6 +42,14 @@ FORMAT = (
 )
 
 
+def write_output(args: argparse.Namespace, data: bytes) -> Path:
+    """Write ``data`` to ``--output`` atomically, its folder made; that path."""
+    target = Path(args.output)
+    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
+    fsio.atomic_write_bytes(target, data)
+    return target
+
+
 def output_format(args: argparse.Namespace) -> str:
     """``md``, ``json`` or ``text`` from ``--format``/``--json``; ``UsageError`` when they disagree."""
     if args.json and args.format in ("md", "text"):
@@ -71,9 +79,7 @@ def emit(report: Report, args: argparse.Namespace) -> None:
     if args.output is None:
         print(body, end="")
         return
-    target = Path(args.output)
-    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
-    fsio.atomic_write_text(target, body)
+    write_output(args, body.encode("utf-8"))
 
 
 @command("report", "print the RALF Lite Loop Report of an incident (latest by default) as markdown or JSON",
@@ -154,9 +160,7 @@ def junit_command(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"selfheal: warning: {warning}")
     cases = rerun_cases(store.read_incident(incident_id), store.read_attempts(incident_id), quarantine)
-    target = Path(args.output)
-    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
-    fsio.atomic_write_bytes(target, rerun_junit(cases, suite_name=f"selfheal {incident_id}"))
+    target = write_output(args, rerun_junit(cases, suite_name=f"selfheal {incident_id}"))
     flaky = sum(1 for case in cases if case.flaky)
     print(f"wrote {target}: {len(cases)} test(s) of {incident_id}, {flaky} flaky")
     return 0

@@ -174,6 +174,3 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
         return cannot_judge(agent, str(exc))
     lines = [answer.message] if agent is Agent.CURSOR and not answer.block and answer.message else []
     return answer, lines
-
-
-__all__ = ["GATE_DIR", "blocks_so_far", "decide", "send_back_once", "stop_gate"]

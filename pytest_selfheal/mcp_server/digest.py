@@ -359,17 +359,3 @@ def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
     """The size of a tool result the bound applies to: its text plus its structured JSON."""
     return len(text) + structured_size(data)
 
-
-__all__ = [
-    "bounded_verdict",
-    "fit",
-    "fit_by_value",
-    "group_page",
-    "incident_blocks",
-    "ranked_causes",
-    "one_line",
-    "result_size",
-    "structured_size",
-    "verdict_lines",
-]
-

@@ -551,6 +551,3 @@ def current_view(store: Store, incident_id: str) -> IncidentView:
     now = f"attempt #{last.iteration}: {len(last.failures)} of the selection still failing" + (
         f", {unverified} not verified (skipped, deselected or no longer collected)" if unverified > 0 else "")
     return replace(view, incident=replace(view.incident, failures=last.failures), root_causes=tuple(causes), now=now)
-
-
-__all__ = ["FOR_THE_USER", "Project", "ToolResult"]
