@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pytest_selfheal.cli.common import answer, incident_from_args, parse_days, print_json, project_root, store_from_args
+from pytest_selfheal.cli.common import (
+    answer,
+    incident_from_args,
+    parse_days,
+    print_json,
+    project_root,
+    store_from_args,
+    warn,
+)
 from pytest_selfheal.cli.options import DIR, arg, command, flag, json_flag, on_incident, set_flag
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import Override, parse_override
@@ -328,6 +336,5 @@ def replay_command(args: argparse.Namespace) -> int:
     verdict = ["replay differs from the files:", *(f"  {line}" for line in diff)] if diff else ["replay equals the files"]
     answer(args, {"replayed": replayed.to_json(), "disk": disk.to_json(), "equal": not diff, "differences": diff,
                   "warnings": warnings}, "\n".join([*format_state(replayed), *verdict]))
-    for warning in warnings:
-        sys.stderr.write(f"selfheal: warning: {warning}\n")
+    warn(warnings)
     return EXIT_OK if not diff else EXIT_BAD_INPUT

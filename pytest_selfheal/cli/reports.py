@@ -15,7 +15,7 @@ from typing import IO, Any, NamedTuple
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.cli.common import print_json, project_redactor, project_root, store_from_args
+from pytest_selfheal.cli.common import print_json, project_redactor, project_root, store_from_args, warn
 from pytest_selfheal.cli.options import DIR, arg, command, flag, json_flag, latest_id
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, NotFoundError, UsageError
@@ -233,8 +233,7 @@ def fingerprint_command(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     errors: list[str] = []
     rows = collect(args.files, warnings, errors, rules)
-    for warning in warnings:
-        sys.stderr.write(f"selfheal: warning: {warning}\n")
+    warn(warnings)
     for error in errors:
         sys.stderr.write(f"selfheal: error: {error}\n")
     if len(errors) < len(args.files):
