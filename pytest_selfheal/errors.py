@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 # Exit codes of the `selfheal` command. Stable: scripts and the Action depend on them.
 EXIT_OK = 0
@@ -60,6 +60,10 @@ class SelfhealError(Exception):
 
     exit_code = EXIT_USAGE
 
+    def __init_subclass__(cls, exit_code: Optional[int] = None) -> None:
+        if exit_code is not None:  # else the parent's, or the class body's own
+            cls.exit_code = exit_code
+
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
@@ -71,40 +75,26 @@ class SelfhealError(Exception):
 class UsageError(SelfhealError):
     """Bad command-line arguments or an invalid incident id."""
 
-    exit_code = EXIT_USAGE
-
 
 class ConfigError(SelfhealError):
     """A config file is malformed, has an unknown key or a value of the wrong type."""
 
-    exit_code = EXIT_USAGE
 
-
-class InputError(SelfhealError):
+class InputError(SelfhealError, exit_code=EXIT_BAD_INPUT):
     """Input that cannot be read: malformed junit XML, corrupted incident files."""
 
-    exit_code = EXIT_BAD_INPUT
 
-
-class NotFoundError(SelfhealError):
+class NotFoundError(SelfhealError, exit_code=EXIT_NOT_FOUND):
     """An incident or file that does not exist."""
 
-    exit_code = EXIT_NOT_FOUND
 
-
-class RefusedError(SelfhealError):
+class RefusedError(SelfhealError, exit_code=EXIT_REFUSED):
     """Refused by policy: a command not on the allowlist, a status transition not allowed."""
 
-    exit_code = EXIT_REFUSED
 
-
-class StoreIOError(SelfhealError):
+class StoreIOError(SelfhealError, exit_code=EXIT_IO):
     """The reports root cannot be written or locked."""
 
-    exit_code = EXIT_IO
 
-
-class Cancelled(SelfhealError):
+class Cancelled(SelfhealError, exit_code=EXIT_CANCELLED):
     """Interrupted by Ctrl-C or SIGTERM after state was saved."""
-
-    exit_code = EXIT_CANCELLED

@@ -52,14 +52,15 @@ def _caller(pm: Optional[pluggy.PluginManager], name: str) -> Optional[Any]:
     return getattr(pm.hook, name, None) if pm is not None else None
 
 
+def _gathered(pm: Optional[pluggy.PluginManager], name: str, **kwargs: Any) -> list[Any]:
+    """The lists every implementation of hook ``name`` returned, concatenated in hook-call order."""
+    caller = _caller(pm, name)
+    return [item for contributed in (caller(**kwargs) if caller is not None else ()) for item in contributed or ()]
+
+
 def classification_rules(pm: Optional[pluggy.PluginManager]) -> list[ClassificationRule]:
     """Rules contributed by ``pytest_selfheal_classification_rules``, in hook-call order."""
-    caller = _caller(pm, "pytest_selfheal_classification_rules")
-    rules: list[ClassificationRule] = []
-    if caller is not None:
-        for contributed in caller():
-            rules.extend(contributed or [])
-    return rules
+    return _gathered(pm, "pytest_selfheal_classification_rules")
 
 
 def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> list[str]:
@@ -96,9 +97,4 @@ def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optio
 def report_sections(pm: Optional[pluggy.PluginManager], report: ReportData) -> list[dict[str, str]]:
     """Extra report sections (:class:`~pytest_selfheal.hookspecs.ReportSection`) from
     ``pytest_selfheal_report_sections``, in hook-call order; unchecked (report/sections.py checks)."""
-    caller = _caller(pm, "pytest_selfheal_report_sections")
-    sections: list[dict[str, str]] = []
-    if caller is not None:
-        for contributed in caller(report=report):
-            sections.extend(contributed or [])
-    return sections
+    return _gathered(pm, "pytest_selfheal_report_sections", report=report)

@@ -33,11 +33,7 @@ INI_KEYS: dict[str, str] = {
 
 # The plugin's flags (their dest) that set a config key, and the key each one sets.
 FLAG_KEYS: dict[str, str] = {
-    "selfheal_dir": "reports_dir",
-    "selfheal_report": "report_path",
-    "selfheal_max_iterations": "max_iterations",
-    "selfheal_approve": "repair.approve",
-}
+    name: INI_KEYS[name] for name in ("selfheal_dir", "selfheal_report", "selfheal_max_iterations", "selfheal_approve")}
 
 # --------------------------------------------------------------------------- environment variables
 

@@ -28,68 +28,28 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--selfheal*`` flags and their ini twins."""
     group = parser.getgroup("selfheal", "self-healing: incidents and the RALF-Lite loop")
-    group.addoption(
-        "--selfheal",
-        action="store_true",
-        default=None,
-        help="capture failing runs as incidents under the reports root (ini: selfheal)",
-    )
-    group.addoption(
-        "--no-selfheal",
-        action="store_false",
-        dest="selfheal",
-        help="do not capture this run, whatever the ini option selfheal says",
-    )
-    group.addoption(
-        "--selfheal-spectrum",
-        action="store_true",
-        default=None,
-        help="record which project functions each test runs, to rank the suspects of a capture's "
-        "failures by that spectrum (Ochiai); slows the run (ini: selfheal_spectrum)",
-    )
-    group.addoption(
-        "--selfheal-dir",
-        metavar="DIR",
-        default=None,
-        help="reports root, relative to the invocation directory (ini: selfheal_dir; default .selfheal in the rootdir)",
-    )
-    group.addoption(
-        "--selfheal-loop",
-        action="store_true",
-        default=None,
-        help="after capturing, run the RALF-Lite loop on the new incident (ini: selfheal_loop)",
-    )
-    group.addoption(
-        "--no-selfheal-loop",
-        action="store_false",
-        dest="selfheal_loop",
-        help="do not run the loop after capturing, whatever the ini option selfheal_loop says",
-    )
-    group.addoption(
-        "--selfheal-report",
-        metavar="PATH",
-        default=None,
-        help="write the RALF Lite Loop Report (markdown) to PATH (ini: selfheal_report)",
-    )
-    group.addoption(
-        "--selfheal-approve",
-        action="store_true",
-        default=None,
-        help="approve applying a repair provider's patch to the working tree (ini: selfheal_approve)",
-    )
-    group.addoption(
-        "--selfheal-max-iterations",
-        metavar="N",
-        default=None,
-        help="override ralf_lite.max_iterations (ini: selfheal_max_iterations)",
-    )
-    group.addoption(
-        "--selfheal-set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="override any ralf_lite config key, e.g. --selfheal-set verification.timeout_seconds=60",
-    )
+    group.addoption("--selfheal", action="store_true", default=None,
+                    help="capture failing runs as incidents under the reports root (ini: selfheal)")
+    group.addoption("--no-selfheal", action="store_false", dest="selfheal",
+                    help="do not capture this run, whatever the ini option selfheal says")
+    group.addoption("--selfheal-spectrum", action="store_true", default=None,
+                    help="record which project functions each test runs, to rank the suspects of a capture's failures "
+                         "by that spectrum (Ochiai); slows the run (ini: selfheal_spectrum)")
+    group.addoption("--selfheal-dir", metavar="DIR", default=None,
+                    help="reports root, relative to the invocation directory (ini: selfheal_dir; default .selfheal in "
+                         "the rootdir)")
+    group.addoption("--selfheal-loop", action="store_true", default=None,
+                    help="after capturing, run the RALF-Lite loop on the new incident (ini: selfheal_loop)")
+    group.addoption("--no-selfheal-loop", action="store_false", dest="selfheal_loop",
+                    help="do not run the loop after capturing, whatever the ini option selfheal_loop says")
+    group.addoption("--selfheal-report", metavar="PATH", default=None,
+                    help="write the RALF Lite Loop Report (markdown) to PATH (ini: selfheal_report)")
+    group.addoption("--selfheal-approve", action="store_true", default=None,
+                    help="approve applying a repair provider's patch to the working tree (ini: selfheal_approve)")
+    group.addoption("--selfheal-max-iterations", metavar="N", default=None,
+                    help="override ralf_lite.max_iterations (ini: selfheal_max_iterations)")
+    group.addoption("--selfheal-set", metavar="KEY=VALUE", action="append", default=[],
+                    help="override any ralf_lite config key, e.g. --selfheal-set verification.timeout_seconds=60")
     parser.addini("selfheal", type="bool", default=False, help="enable pytest-selfheal")
     parser.addini("selfheal_loop", type="bool", default=False, help="run the loop after capture")
     parser.addini("selfheal_spectrum", type="bool", default=False, help="record the coverage spectrum of the run")

@@ -39,8 +39,8 @@ LAZY_IMPORTS: set[tuple[str, str]] = {
     ("pytest_selfheal.config.keys", "pytest_selfheal.analysis.rules"),  # a config with rules or patterns
     ("pytest_selfheal.config.settings", "pytest_selfheal.redact"),  # a run's first redaction
     ("pytest_selfheal.run", "pytest_selfheal.repair.session"),  # a repair provider runs
-    ("pytest_selfheal.cli.main", "pytest_selfheal.cli.table"),  # a command other than mcp
-    ("pytest_selfheal.mcp_server.server", "pytest_selfheal.mcp_server.tools"),  # a tool call
+    ("pytest_selfheal.cli.main", "pytest_selfheal.cli.table"),  # a command other than mcp, an MCP tool call
+    ("pytest_selfheal.cli.main", "pytest_selfheal.cli.ci"),  # a CI or history command
 }
 MAX_LAZY_IMPORTS = 12
 

@@ -340,7 +340,7 @@ marker = Path(sys.argv[1])
 
 
 def hook(event, args):
-    if event == "import" and args[0] == "pytest_selfheal.mcp_server.tools" and not marker.exists():
+    if event == "import" and args[0] == "pytest_selfheal.cli.table" and not marker.exists():
         marker.write_text(" ".join(sorted(m for m in sys.modules if m.startswith("pytest_selfheal"))))
 
 
@@ -368,8 +368,9 @@ def test_initialize_and_the_tool_list_are_answered_before_the_operations_load(tm
             assert not listed.is_error and text_of(listed).startswith("no incidents"), text_of(listed)
             loaded = marker.read_text().split()  # what was loaded before the operations
             assert "pytest_selfheal.mcp_server.server" in loaded
-            assert [m for m in loaded if m.startswith(("pytest_selfheal.cli.table", "pytest_selfheal.store",
-                                                       "pytest_selfheal.run", "pytest_selfheal.loop"))] == []
+            assert [m for m in loaded if m.startswith((
+                "pytest_selfheal.mcp_server.tools", "pytest_selfheal.cli.incidents", "pytest_selfheal.cli.ci",
+                "pytest_selfheal.store", "pytest_selfheal.run", "pytest_selfheal.loop"))] == []
 
     anyio.run(scenario)
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from pytest_selfheal.cli.common import parse_days, print_json, project_redactor, project_root, store_from_args
+from pytest_selfheal.cli.common import parse_days, print_json, project_redactor, project_root, store_from_args, warn
 from pytest_selfheal.cli.options import DIR, arg, command, exclusive, flag, json_flag, set_flag
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import NotFoundError, UsageError
@@ -115,7 +115,6 @@ def ci_command(args: argparse.Namespace) -> int:
 
 
 ACTIONS = ("push", "pull", "compact")
-
 
 # The options of some actions only.
 _ONLY_FOR = {"older_than": ("compact",), "token_env": ACTIONS, "segments": ("push",)}
@@ -238,8 +237,7 @@ def _share(args: argparse.Namespace) -> int:
         auth = token_env(token.strip())
     if args.action == "pull":
         pulled = pull(project, root, remote=remote, auth=auth)
-        for line in pulled.problems:
-            print(f"selfheal: warning: {line}", file=sys.stderr)
+        warn(pulled.problems)
         where = f"{shown} {HISTORY_REF}" + (f" at {pulled.commit[:12]}" if pulled.commit else " (none there yet)")
         print(f"pulled {pulled.segments} new segment(s) from {where}: {pulled.runs} run(s), {pulled.added} new "
               f"in {root / HISTORY_FILE}")
@@ -251,8 +249,7 @@ def _share(args: argparse.Namespace) -> int:
             print("no segment of this run to push")
             return 0
         pushed = push(project, root, remote=remote, auth=auth, only=only)
-        for line in pushed.problems:
-            print(f"selfheal: warning: {line}", file=sys.stderr)
+        warn(pushed.problems)
         retried = f" after {pushed.attempts} attempts" if pushed.attempts > 1 else ""
         print(f"pushed {pushed.pushed} segment(s) to {shown} {HISTORY_REF}{retried} "
               f"({pushed.already} already there)")
@@ -324,8 +321,7 @@ def quarantine_command(args: argparse.Namespace) -> int:
     relative = load_config(project).settings.history.quarantine_file
     if args.action == "list":
         entries, warnings = read_quarantine(project, relative, revision=args.revision)
-        for warning in warnings:
-            print(f"selfheal: warning: {warning}", file=sys.stderr)
+        warn(warnings)
         if args.json:
             print_json([dict(e.to_mapping(), line=e.line) for e in entries])
         elif not entries:
@@ -361,3 +357,6 @@ def quarantine_command(args: argparse.Namespace) -> int:
     fsio.atomic_write_text(path, text)
     print(said)
     return 0
+
+
+COMMANDS = {found.name: found for found in (ci_command, history_command, flaky_command, quarantine_command)}

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +24,20 @@ def print_json(data: Any, redactor: Optional[Redactor] = None) -> None:
     redactor = redactor or project_redactor()
     text = json.dumps(redactor.redact_obj(data), indent=2, sort_keys=True, ensure_ascii=False)
     sys.stdout.write(text + "\n")
+
+
+def warn(lines: Iterable[str]) -> None:
+    """Each line on stderr as a ``selfheal: warning:``."""
+    sys.stderr.write("".join(f"selfheal: warning: {line}\n" for line in lines))
+
+
+def answer(args: argparse.Namespace, data: Any, text: str) -> int:
+    """Print ``data`` as JSON with ``--json``, else ``text``; 0."""
+    if args.json:
+        print_json(data)
+    else:
+        print(text)
+    return 0
 
 
 def project_redactor() -> Redactor:

@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pytest_selfheal.cli.common import incident_from_args, parse_days, print_json, project_root, store_from_args
+from pytest_selfheal.cli.common import (
+    answer,
+    incident_from_args,
+    parse_days,
+    print_json,
+    project_root,
+    store_from_args,
+    warn,
+)
 from pytest_selfheal.cli.options import DIR, arg, command, flag, json_flag, on_incident, set_flag
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import Override, parse_override
@@ -66,13 +74,7 @@ def status_command(args: argparse.Namespace) -> int:
     """List incidents; a missing reports root is an empty list (exit 0)."""
     store = store_from_args(args)
     rows = store.list_incidents()
-    if args.json:
-        print_json([row.to_json() for row in rows])
-    elif not rows:
-        print(f"no incidents in {store.root}")
-    else:
-        print(format_table(rows))
-    return 0
+    return answer(args, [row.to_json() for row in rows], format_table(rows) if rows else f"no incidents in {store.root}")
 
 
 @command("loop", "run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "
@@ -107,15 +109,8 @@ def loop_command(args: argparse.Namespace) -> int:
         progress(f"selfheal: {incident_id} is open (in the inbox), not archived: --reopen has nothing to reopen; "
                  "the loop goes on with the budget it has")
 
-    result = run_incident_loop(
-        store,
-        incident_id,
-        effective=effective,
-        cwd=project,
-        approve=bool(args.approve),
-        out=progress,
-        pluginmanager=cli_plugin_manager(),
-    )
+    result = run_incident_loop(store, incident_id, effective=effective, cwd=project, approve=bool(args.approve),
+                               out=progress, pluginmanager=cli_plugin_manager())
     if args.json:
         print_json(result.to_json())
     # 0 resolved; 1 anything else that stopped (escalated, replan_requested, disabled).
@@ -164,27 +159,16 @@ def reopen_command(args: argparse.Namespace) -> int:
         if passing:
             named = first_few([f"`{short_name(n)}` ({outcome})" for n, outcome in passing.items()])
             raise RefusedError(f"no new seal: the failing test(s) {named} do not fail on the captured code with what "
-                               "changed since: "
-                               "the change passes them by itself, not a fix of the code")
+                               "changed since: the change passes them by itself, not a fix of the code")
     bucket, previous, after = reopen_incident(store, incident_id)
     if args.new_seal:
         take_fresh_seal(store, incident_id, project, effective)
     relative = store.locate(incident_id)[1].relative_to(store.root).as_posix()
-    if args.json:
-        print_json(
-            {
-                "incident_id": incident_id,
-                "status": "planned",
-                "previous_status": previous,
-                "reopened_from": archived_path(bucket, incident_id),
-                "reopened_after_iteration": after,
-                "path": relative,
-            }
-        )
-    else:
-        print(f"reopened {incident_id} ({previous} -> planned) to {relative}; "
-              f"run the loop again: selfheal loop {incident_id}")
-    return 0
+    return answer(args, {"incident_id": incident_id, "status": "planned", "previous_status": previous,
+                         "reopened_from": archived_path(bucket, incident_id), "reopened_after_iteration": after,
+                         "path": relative},
+                  f"reopened {incident_id} ({previous} -> planned) to {relative}; run the loop again: selfheal loop "
+                  f"{incident_id}")
 
 
 @command("apply", "apply the repair patch proposed for an incident (error_runs/ID/final.patch) to the working tree",
@@ -272,19 +256,9 @@ def archive_command(args: argparse.Namespace) -> int:
     previous = store.read_status(incident_id)
     destination = store.archive(incident_id, args.bucket)
     relative = destination.relative_to(store.root).as_posix()
-    if args.json:
-        print_json(
-            {
-                "incident_id": incident_id,
-                "bucket": args.bucket,
-                "status": args.bucket,
-                "previous_status": previous,
-                "path": relative,
-            }
-        )
-    else:
-        print(f"archived {incident_id} ({previous} -> {args.bucket}) to {relative}")
-    return 0
+    return answer(args, {"incident_id": incident_id, "bucket": args.bucket, "status": args.bucket,
+                         "previous_status": previous, "path": relative},
+                  f"archived {incident_id} ({previous} -> {args.bucket}) to {relative}")
 
 
 DEFAULT_DAYS = 30.0
@@ -357,23 +331,8 @@ def replay_command(args: argparse.Namespace) -> int:
     replayed = replay(events)
     disk = state_from_disk(store, incident_id)
     diff = differences(replayed, disk)
-    if args.json:
-        print_json({
-            "replayed": replayed.to_json(),
-            "disk": disk.to_json(),
-            "equal": not diff,
-            "differences": diff,
-            "warnings": warnings,
-        })
-    else:
-        for line in format_state(replayed):
-            print(line)
-        if diff:
-            print("replay differs from the files:")
-            for line in diff:
-                print(f"  {line}")
-        else:
-            print("replay equals the files")
-    for warning in warnings:
-        sys.stderr.write(f"selfheal: warning: {warning}\n")
+    verdict = ["replay differs from the files:", *(f"  {line}" for line in diff)] if diff else ["replay equals the files"]
+    answer(args, {"replayed": replayed.to_json(), "disk": disk.to_json(), "equal": not diff, "differences": diff,
+                  "warnings": warnings}, "\n".join([*format_state(replayed), *verdict]))
+    warn(warnings)
     return EXIT_OK if not diff else EXIT_BAD_INPUT

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn, Optional
 
 from pytest_selfheal import __version__
@@ -46,12 +47,21 @@ def mcp(args: argparse.Namespace) -> int:
     confirmed = bool(args.root) or is_project(directory.resolve())
     # A bad config file does not stop the server: the config is read at every call, so every
     # tool answers with its one-line error until it is fixed (a client shows no start-up error).
-    build_server(operations(directory, args.overrides, confirmed)).run("stdio")
+    build_server(operations(lambda: _table().Project(directory, args.overrides, confirmed=confirmed))).run("stdio")
     return 0
 
 
-# Every other command, by name, once a command needs them (:func:`_commands`).
-_COMMANDS: dict[str, Command] = {}
+def _table() -> ModuleType:
+    # Imported at the first need: `selfheal mcp` answers its client's first requests without
+    # the other commands' modules and its operations (docs/benchmarks.md, MCP start).
+    from pytest_selfheal.cli import table
+
+    return table
+
+
+# The commands of CI and the failure history: only they load the GitHub client, the CI run
+# and the shared history (every other command imports cli/table.py, not cli/ci.py).
+CI_COMMANDS = ("ci", "history", "flaky", "quarantine")
 
 
 DESCRIPTION = (
@@ -81,14 +91,13 @@ def find_command(name: str) -> Command:
     """The command ``name``; ValueError for no command."""
     if name == mcp.name:
         return mcp
-    if not _COMMANDS:
-        # Imported at the first need: `selfheal mcp` serves without the other commands' modules,
-        # so that it answers its client's first request sooner (docs/benchmarks.md, MCP start).
-        from pytest_selfheal.cli import table
+    if name in CI_COMMANDS:
+        from pytest_selfheal.cli import ci  # only a CI or history command needs it
 
-        _COMMANDS.update(table.COMMANDS)
+        return ci.COMMANDS[name]
+    commands: dict[str, Command] = _table().COMMANDS
     try:
-        return _COMMANDS[name]
+        return commands[name]
     except KeyError:
         raise ValueError(f"no selfheal command {name!r}") from None
 
@@ -98,11 +107,8 @@ def command_overview(helps: dict[str, str]) -> str:
     width = max(map(len, helps), default=8) + 2
     lines: list[str] = []
     for title, names in GROUPS:
-        present = [n for n in names if n in helps]
-        if not present:
-            continue
         lines.append(f"{title}:")
-        for name in present:
+        for name in names:
             text = " ".join(helps[name].split())
             wrapped = textwrap.wrap(text, _HELP_WIDTH - width - 2) or [""]
             lines.append(f"  {name.ljust(width)}{wrapped[0]}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NamedTuple, Union
 
 # An argument: argparse's (flags, keywords), or a function adding a group of them.
@@ -29,6 +30,11 @@ class Command(NamedTuple):
 def command(name: str, help: str, *specs: Spec) -> Callable[[Run], Command]:
     """Declare the decorated function the ``run`` of command ``name``."""
     return lambda run: Command(name, help, specs, run)
+
+
+def commands_of(*modules: ModuleType) -> dict[str, Command]:
+    """The commands ``modules`` declare, by name."""
+    return {c.name: c for module in modules for c in vars(module).values() if isinstance(c, Command)}
 
 
 def arg(*flags: str, **keywords: Any) -> Spec:

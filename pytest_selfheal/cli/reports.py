@@ -15,7 +15,7 @@ from typing import IO, Any, NamedTuple
 from pytest_selfheal import hooks
 from pytest_selfheal.analysis.analyse import analyse_junit
 from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.cli.common import print_json, project_redactor, project_root, store_from_args
+from pytest_selfheal.cli.common import print_json, project_redactor, project_root, store_from_args, warn
 from pytest_selfheal.cli.options import DIR, arg, command, flag, json_flag, latest_id
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, NotFoundError, UsageError
@@ -40,6 +40,14 @@ FORMAT = (
     flag("--headline", "markdown: put the one-line status (stop reason, final status) before the report heading, as "
                        "in the PR comment"),
 )
+
+
+def write_output(args: argparse.Namespace, data: bytes) -> Path:
+    """Write ``data`` to ``--output`` atomically, its folder made; that path."""
+    target = Path(args.output)
+    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
+    fsio.atomic_write_bytes(target, data)
+    return target
 
 
 def output_format(args: argparse.Namespace) -> str:
@@ -71,9 +79,7 @@ def emit(report: Report, args: argparse.Namespace) -> None:
     if args.output is None:
         print(body, end="")
         return
-    target = Path(args.output)
-    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
-    fsio.atomic_write_text(target, body)
+    write_output(args, body.encode("utf-8"))
 
 
 @command("report", "print the RALF Lite Loop Report of an incident (latest by default) as markdown or JSON",
@@ -154,9 +160,7 @@ def junit_command(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"selfheal: warning: {warning}")
     cases = rerun_cases(store.read_incident(incident_id), store.read_attempts(incident_id), quarantine)
-    target = Path(args.output)
-    fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
-    fsio.atomic_write_bytes(target, rerun_junit(cases, suite_name=f"selfheal {incident_id}"))
+    target = write_output(args, rerun_junit(cases, suite_name=f"selfheal {incident_id}"))
     flaky = sum(1 for case in cases if case.flaky)
     print(f"wrote {target}: {len(cases)} test(s) of {incident_id}, {flaky} flaky")
     return 0
@@ -229,8 +233,7 @@ def fingerprint_command(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     errors: list[str] = []
     rows = collect(args.files, warnings, errors, rules)
-    for warning in warnings:
-        sys.stderr.write(f"selfheal: warning: {warning}\n")
+    warn(warnings)
     for error in errors:
         sys.stderr.write(f"selfheal: error: {error}\n")
     if len(errors) < len(args.files):

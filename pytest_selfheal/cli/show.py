@@ -25,10 +25,8 @@ from pytest_selfheal.store.root import Store
 # Root causes and plan actions listed (10,000 failures made 500 of each): the rest counted, all in --json.
 _SHOWN_GROUPS = 20
 
-
 # Of the proposed patch shown (text and JSON): the whole file stays in error_runs/ID/.
 PATCH_LINES = 200
-
 
 PATCH_CHARS = 16_000
 

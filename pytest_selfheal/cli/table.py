@@ -1,10 +1,11 @@
-"""Every ``selfheal`` command but ``mcp`` by its name. cli/main.py imports this at the first
-command that needs it; ``selfheal mcp`` never does (docs/benchmarks.md, MCP start)."""
+"""Every ``selfheal`` command but ``mcp`` and those of cli/ci.py by its name, and the MCP
+server's operations. cli/main.py imports this at the first command (or tool call of ``selfheal
+mcp``) that needs it (docs/benchmarks.md, MCP start)."""
 
 from __future__ import annotations
 
-from pytest_selfheal.cli import ci, incidents, reports, show, tools
-from pytest_selfheal.cli.options import Command
+from pytest_selfheal.cli import incidents, reports, show, tools
+from pytest_selfheal.cli.options import Command, commands_of
+from pytest_selfheal.mcp_server.tools import Project as Project
 
-COMMANDS: dict[str, Command] = {found.name: found for module in (ci, incidents, reports, show, tools)
-                                for found in vars(module).values() if isinstance(found, Command)}
+COMMANDS: dict[str, Command] = commands_of(incidents, reports, show, tools)

@@ -56,7 +56,6 @@ def config_command(args: argparse.Namespace) -> int:
 
 DEMO_SOURCE = Path(__file__).resolve().parents[1] / "demo"
 
-
 DEMO_AGENT = Path(__file__).resolve().parent / "demo_agent.py"
 
 

@@ -100,9 +100,6 @@ def dumps(value: Any, level: int = 0) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
-__all__ = ["Number", "dumps", "loads"]
-
-
 MAX_PAYLOAD_BYTES = 1 << 20  # a hook payload is a few hundred bytes; more is not one
 
 
@@ -291,7 +288,3 @@ def merged_settings(agent: Agent, existing: Optional[Any], command: str,
     if change is Change.ADDED:
         entries.append({"command": command})
     return settings, change
-
-
-__all__ = ["Agent", "Change", "GateAnswer", "HookPayload", "answer_json", "cannot_judge", "hook_argv", "hook_call", "hook_output",
-           "is_gate_command", "merged_settings", "parse_payload"]

@@ -93,6 +93,3 @@ def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "")
         _check_no_link(base, path)  # the folder just made, or one made meanwhile
         fsio.atomic_write_text(path, dumps(merged) + "\n")
     return Installed(path, change, command)
-
-
-__all__ = ["HOOK_MARGIN_SECONDS", "Installed", "install", "selfheal_program"]

@@ -25,8 +25,8 @@ from pytest_selfheal.gate.agents import Agent, GateAnswer, HookPayload, cannot_j
 from pytest_selfheal.loop.agent_mode import open_incidents
 from pytest_selfheal.loop.seal_check import NOT_APPLIED, judged_config
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED, stopped_incidents
-from pytest_selfheal.mcp_server.digest import one_line
-from pytest_selfheal.mcp_server.tools import FOR_THE_USER, Project
+from pytest_selfheal.mcp_server.digest import FOR_THE_USER, one_line
+from pytest_selfheal.mcp_server.tools import Project
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.mcp import RunDecision, RunVerdict
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
@@ -174,6 +174,3 @@ def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
         return cannot_judge(agent, str(exc))
     lines = [answer.message] if agent is Agent.CURSOR and not answer.block and answer.message else []
     return answer, lines
-
-
-__all__ = ["GATE_DIR", "blocks_so_far", "decide", "send_back_once", "stop_gate"]

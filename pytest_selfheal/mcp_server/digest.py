@@ -23,6 +23,7 @@ from pytest_selfheal.records.plan import PlanAction
 from pytest_selfheal.records.stops import progress_words
 from pytest_selfheal.records.vocab import first_few
 
+FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 MESSAGE_CHARS = 240  # one failure's first line, at most
 DISTINCT_PER_GROUP = 5  # distinct failure messages shown per root-cause group
 NODEIDS_PER_GROUP = 3  # failing test ids named per group (the count says how many in all)
@@ -64,17 +65,11 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
             used += cost
             continue
         if not kept:
-            # Not even the first block fits: keep its first lines.
-            lines, size = [], 0
-            for line in block.split("\n"):
-                if size + len(line) + 1 > budget - len(note) - len(separator):
-                    break
-                lines.append(line)
-                size += len(line) + 1
-            if not lines:  # not even its first line: that line, cut
-                lines.append(one_line(block.split("\n", 1)[0], max(budget - len(note) - len(separator), 0)))
-            if lines[0]:
-                kept.append("\n".join(lines))
+            # Not even the first block fits: keep its first lines (not even its first line: that line, cut).
+            room = budget - len(note) - len(separator)
+            first = _first_lines(block, room) or one_line(block.split("\n", 1)[0], max(room, 0))
+            if first.split("\n", 1)[0]:
+                kept.append(first)
         kept.append(note)
         break
     text = separator.join(kept)
@@ -363,18 +358,4 @@ def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] =
 def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
     """The size of a tool result the bound applies to: its text plus its structured JSON."""
     return len(text) + structured_size(data)
-
-
-__all__ = [
-    "bounded_verdict",
-    "fit",
-    "fit_by_value",
-    "group_page",
-    "incident_blocks",
-    "ranked_causes",
-    "one_line",
-    "result_size",
-    "structured_size",
-    "verdict_lines",
-]
 

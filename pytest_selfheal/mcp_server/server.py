@@ -1,9 +1,9 @@
 """``selfheal mcp``: the tools of :mod:`pytest_selfheal.mcp_server.tools` served over stdio with
 the official ``mcp`` SDK (the optional extra ``pytest-selfheal[mcp]``; docs/mcp.md).
 
-This module is the only one that imports the SDK, and only inside its functions: every
-``selfheal`` command imports it (the mcp command's), and the SDK costs more than the rest of
-a start. The operations (:class:`~pytest_selfheal.mcp_server.tools.Project`: pytest runs, the
+This module is the only one that imports the SDK, and only inside its functions (asyncio
+too): every ``selfheal`` command imports it (the mcp command's), and the SDK costs more than
+the rest of a start. The operations (:class:`~pytest_selfheal.mcp_server.tools.Project`: pytest runs, the
 store, the loop) load at the first call that needs them, so that ``initialize`` and the tool
 list are answered with the SDK and this module alone.
 """
@@ -11,12 +11,11 @@ list are answered with the SDK and this module alone.
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
 # registration, and they name classes imported inside build_server.
 
-import asyncio
 import dataclasses
 import threading
 import typing
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar, Union
 from urllib.parse import unquote, urlparse
@@ -139,18 +138,16 @@ async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
             return
 
 
-def operations(directory: Path, overrides: Sequence[str], confirmed: bool) -> "Callable[[], Project]":
-    """The project's operations, made at the first call of the function returned (once,
-    whichever thread asks first): the modules they need load then."""
+def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
+    """The project's operations, made by ``make`` at the first call of the function returned
+    (once, whichever thread asks first): the modules they need load then."""
     made: list[Project] = []
     making = threading.Lock()
 
     def project() -> "Project":
         with making:
             if not made:
-                from pytest_selfheal.mcp_server.tools import Project
-
-                made.append(Project(directory, overrides, confirmed=confirmed))
+                made.append(make())
             return made[0]
 
     return project
@@ -159,6 +156,8 @@ def operations(directory: Path, overrides: Sequence[str], confirmed: bool) -> "C
 def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
     """The MCP server of the project ``project()`` serves: six tools and two resource
     templates (``operations`` makes ``project``: nothing of it loads before a call)."""
+    import asyncio  # with the SDK, which needs it anyway: every other command imports this module
+
     from mcp.server import MCPServer
     from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
     from mcp.server.mcpserver import Context

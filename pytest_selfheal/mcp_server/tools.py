@@ -42,6 +42,7 @@ from pytest_selfheal.loop.sticky import (
 )
 from pytest_selfheal.loop.verify import check_command
 from pytest_selfheal.mcp_server.digest import (
+    FOR_THE_USER,
     bounded_verdict,
     fit,
     fit_by_value,
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
     from pytest_selfheal.repair.patches import ProposedPatch
     from pytest_selfheal.run import Snapshot
 
-FOR_THE_USER = "; for the user: "  # in a STOP's next: what follows is the user's step (the stop gate shows only it)
 UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified
 NOT_LOADED = "is `-p no:selfheal` in addopts or PYTEST_ADDOPTS?"
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
@@ -288,11 +288,7 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         verdict = self.run_verdict(effective, store, selection, pytest_args, cancel=cancel)
-        return self.verdict_result(store, verdict, self._limit(effective), redactor=self.redactor(effective))
-
-    def redactor(self, effective: EffectiveConfig) -> Redactor:
-        """The project's redactor (its configured patterns and variable names)."""
-        return effective.redactor
+        return self.verdict_result(store, verdict, self._limit(effective), redactor=effective.redactor)
 
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
@@ -317,7 +313,7 @@ class Project:
                 f"with options ({shlex.join(pytest_args)}) would count as its next iteration although it may "
                 "not run like the capture; call run_tests without pytest_args for its next iteration")
         self._check_words(effective, selection, pytest_args, replayed)
-        redactor = self.redactor(effective)
+        redactor = effective.redactor
         before = snapshot(store)
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 
@@ -520,8 +516,8 @@ class Project:
         verified (a partial patch says so) and the diff itself, redacted, within ``mcp.max_chars``."""
         effective = self.effective()
         limit = self._limit(effective)
-        question = self.redactor(effective).redact(proposed.question)
-        diff = self.redactor(effective).redact(proposed.patch.decode("utf-8", errors="replace"))
+        question = effective.redactor.redact(proposed.question)
+        diff = effective.redactor.redact(proposed.patch.decode("utf-8", errors="replace"))
         room = limit - len(question) - 2
         if len(diff) > room:
             note = f"\n[diff cut at {limit} characters; the whole patch: {proposed.path}]"
@@ -556,6 +552,3 @@ def current_view(store: Store, incident_id: str) -> IncidentView:
     now = f"attempt #{last.iteration}: {len(last.failures)} of the selection still failing" + (
         f", {unverified} not verified (skipped, deselected or no longer collected)" if unverified > 0 else "")
     return replace(view, incident=replace(view.incident, failures=last.failures), root_causes=tuple(causes), now=now)
-
-
-__all__ = ["FOR_THE_USER", "Project", "ToolResult"]
