@@ -88,19 +88,17 @@ class FileLock:
 
     def __init__(self, path: PathLike, timeout: float = 30.0, poll_interval: float = 0.01) -> None:
         self.path = Path(path)
-        self.timeout = float(timeout)
+        self.timeout = max(float(timeout), 0.0)
         self.poll_interval = poll_interval
-        self._holder: Optional[_Holder] = None
-        self._depth = 0
 
     def _timed_out(self) -> StoreIOError:
         return StoreIOError(one_line(f"timed out after {self.timeout:g}s waiting for the lock {self.path} "
                                      "(another selfheal process is using this reports root)"))
 
     def acquire(self) -> None:
-        deadline = time.monotonic() + max(self.timeout, 0.0)
+        deadline = time.monotonic() + self.timeout
         holder = _holder_for(self.path)
-        if not holder.rlock.acquire(timeout=max(self.timeout, 0.0)):
+        if not holder.rlock.acquire(timeout=self.timeout):
             raise self._timed_out()
         try:
             if holder.count == 0:
@@ -109,8 +107,6 @@ class FileLock:
         except BaseException:
             holder.rlock.release()
             raise
-        self._holder = holder
-        self._depth += 1
 
     def _lock_file(self, deadline: float) -> int:
         try:
@@ -133,12 +129,9 @@ class FileLock:
 
     def release(self) -> None:
         """Release one level of the lock; the OS lock goes with the outermost level."""
-        holder = self._holder
-        if holder is None or self._depth == 0:
+        holder = _holder_for(self.path)
+        if holder.count == 0:
             raise RuntimeError(f"FileLock {self.path} released without being held")
-        self._depth -= 1
-        if self._depth == 0:
-            self._holder = None
         holder.count -= 1
         try:
             if holder.count == 0 and holder.fd is not None:

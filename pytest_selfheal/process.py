@@ -402,13 +402,6 @@ def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Op
     return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
 
 
-def _why_not_started(exc: OSError, cwd: Path) -> str:
-    reason = exc.strerror or str(exc)
-    if isinstance(exc, FileNotFoundError) and exc.filename != str(cwd):
-        return f"command not found ({reason})"
-    return reason
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -451,7 +444,9 @@ def run(
                 raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
             proc = _spawn([executable, *full[1:]], cwd, env, stdout)
         except OSError as exc:
-            reason = _why_not_started(exc, cwd)
+            reason = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and exc.filename != str(cwd):  # not a missing cwd
+                reason = f"command not found ({reason})"
             if sink is not None:
                 sink.write(f"{full[0] if full else '?'}: cannot start: {reason}\n".encode())
             return ProcessResult(full, False, None, False, time.monotonic() - start, output_path, reason)

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_selfheal.config.keys import RedactionSettings
 from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.redact import (
@@ -230,12 +229,12 @@ def test_invalid_custom_pattern_is_a_config_error() -> None:
 def test_default_redactor_reads_config_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOME_API_TOKEN", "from-os-environ-1")
     monkeypatch.setenv("DEPLOY_CREDENTIAL", "credential-value-2")
-    r = default_redactor(RedactionSettings(patterns=(r"corp-\d+",), env_names=("*CREDENTIAL*",)))
+    r = default_redactor(patterns=(r"corp-\d+",), env_names=("*CREDENTIAL*",))
     assert set(DEFAULT_ENV_NAMES) <= set(r.env_names) and "*CREDENTIAL*" in r.env_names
     out = r.redact("from-os-environ-1 credential-value-2 corp-42")
     assert out == f"{REDACTED} {REDACTED} {REDACTED}"
     # An explicit env mapping replaces os.environ.
-    assert default_redactor(None, env={}).redact("from-os-environ-1") == "from-os-environ-1"
+    assert default_redactor(env={}).redact("from-os-environ-1") == "from-os-environ-1"
 
 
 @pytest.mark.parametrize(

@@ -154,11 +154,6 @@ def _ini_text(name: str, value: object) -> str:
     return json.dumps(value, default=str)  # true/false, numbers, a flow list (parsed as YAML)
 
 
-def _selfheal_options(options: Mapping[str, object]) -> dict[str, str]:
-    """The ``selfheal*`` options of a pytest section, as ini text."""
-    return {key: _ini_text(key, value) for key, value in options.items() if key.startswith("selfheal")}
-
-
 def pytest_section(path: Path, text: str) -> Optional[dict[str, Any]]:
     """pytest's section of its config file ``path``, values as the file gives them; None when
     the file holds none (``pytest.ini`` counts even when empty, as pytest counts it)."""
@@ -198,7 +193,7 @@ def find_pytest_ini(project_root: Path) -> Optional[tuple[Path, dict[str, str]]]
             continue
         section = pytest_section(path, text)
         if section is not None:
-            return path, _selfheal_options(section)
+            return path, {key: _ini_text(key, value) for key, value in section.items() if key.startswith("selfheal")}
     return None
 
 

@@ -401,10 +401,6 @@ def _code_paths(paths: Iterable[str]) -> set[str]:
     return {p for p in paths if p.endswith(".py") and not _test_module_name(p) and not p.startswith(("../", "/"))}
 
 
-def _records(rootdir: Path, code: Iterable[str], hasher: Hasher) -> dict[str, str]:
-    return {rel: record for rel in code for record in [hasher.record(str(rootdir / rel))] if record}
-
-
 def take_seal(
     rootdir: Path,
     *,
@@ -436,7 +432,7 @@ def take_seal(
         startup=_startup(hasher, sys.path if path is None else path),
         distributions=_distributions(),
         code=tuple(code),
-        test_aware=_records(rootdir, code, hasher),
+        test_aware={rel: record for rel in code if (record := hasher.record(str(rootdir / rel)))},
         judging=dict(judging),
     )
 

@@ -121,7 +121,8 @@ class EffectiveConfig:
         # Imported here: merging the config does no I/O, and reading the environment is I/O.
         from pytest_selfheal.redact import default_redactor
 
-        return default_redactor(self.settings.redaction, env=self.environ)
+        redaction = self.settings.redaction
+        return default_redactor(redaction.patterns, redaction.env_names, env=self.environ)
 
     def get(self, dotted: str) -> Any:
         """A copy of the value at ``dotted`` (a leaf or a group, ``ralf_lite.`` allowed in front);

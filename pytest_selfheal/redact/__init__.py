@@ -20,7 +20,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.records.models import TestCaseResult
@@ -465,27 +465,15 @@ class Redactor:
         return obj
 
 
-class RedactionSection(Protocol):
-    """The ``redaction`` settings (``config.keys.RedactionSettings``), as this module reads them."""
-
-    @property
-    def patterns(self) -> Sequence[str]: ...
-
-    @property
-    def env_names(self) -> Sequence[str]: ...
-
-
-def default_redactor(section: Optional[RedactionSection] = None, env: Optional[Mapping[str, str]] = None) -> Redactor:
+def default_redactor(patterns: Sequence[str] = (), env_names: Sequence[str] = (),
+                     env: Optional[Mapping[str, str]] = None) -> Redactor:
     """The redactor of the ``redaction`` settings (whose env-name globs add to the defaults,
     which always apply) and the environment (``os.environ`` by default)."""
-    patterns: Sequence[str] = section.patterns if section is not None else ()
-    extra_names: Sequence[str] = section.env_names if section is not None else ()
     names: list[str] = list(DEFAULT_ENV_NAMES)
-    for name in extra_names:
+    for name in env_names:
         if name.upper() not in {n.upper() for n in names}:
             names.append(name)
-    source: Mapping[str, str] = os.environ if env is None else env
-    return Redactor(source, env_names=names, patterns=list(patterns))
+    return Redactor(os.environ if env is None else env, env_names=names, patterns=list(patterns))
 
 
 __all__ = [
