@@ -290,7 +290,7 @@ class Store(StoreReader):
                 raise RefusedError(f"incident {incident_id} is archived in {ARCHIVE_DIR}/{bucket}; its status is final")
             return self._write_status(folder, incident, current, new, event_data)
 
-    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, data: Mapping[str, Any]) -> Incident:
+    def _write_status(self, folder: Path, incident: Incident, current: str, new: str, data: Mapping[str, object]) -> Incident:
         """``incident.json``, then ``status.txt`` (the commit point), then ``status_changed`` with ``data``."""
         written = replace(incident, status=new, updated_at=ev.format_ts(self._now()))
         self._write_incident(folder, written, incident)
@@ -302,7 +302,7 @@ class Store(StoreReader):
         fsio.atomic_write_text(self.confined(folder / INCIDENT_JSON), fsio.dumps_json(incident.to_json()))
         judging.remember(self.root, incident.incident_id, incident=incident, before=before)
 
-    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, Any]) -> None:
+    def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, object]) -> None:
         record = ev.stamp(ev.pending(name, self._clean(data)), incident_id, ts=self._now())
         fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
 
