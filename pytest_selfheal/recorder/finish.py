@@ -41,10 +41,16 @@ def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> 
     """pytest's failing reports the run kept (or ``kept``), each with its node id as every
     document holds it: cut as the junit reader cuts it and redacted (a parametrize id can
     carry a secret) here, once for every document this run writes; the failing tests marked
-    ``tdd`` noted on the recorder."""
+    ``tdd`` noted on the recorder. Of several failing reports of one phase (a test's failing
+    subtests) the first speaks, as in pytest's junit, which a verification reads."""
     redactor = recorder.redactor
     reports: list[tuple[str, Any]] = []
+    phases: set[tuple[str, object]] = set()
     for report in recorder.failed if kept is None else kept:
+        phase = (report.nodeid, getattr(report, "when", None))
+        if phase in phases:
+            continue
+        phases.add(phase)
         nodeid = redactor.redact(bounded_nodeid(report.nodeid))
         if kept is None and "tdd" in getattr(report, "keywords", {}) and nodeid not in recorder.tdd_nodeids:
             recorder.tdd_nodeids.append(nodeid)
