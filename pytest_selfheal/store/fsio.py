@@ -323,7 +323,7 @@ def _read_source(root: str, path: str) -> Optional[list[str]]:
     if not path or os.path.isabs(path) or "\0" in path:
         return None  # suspects name project-relative paths
     full = os.path.realpath(os.path.join(root, path))
-    if not full.startswith(root.rstrip(os.sep) + os.sep) or not os.path.isfile(full):
+    if not within(full, root) or not os.path.isfile(full):
         return None  # `..` or a symlink out of the project
     try:
         if os.path.getsize(full) > MAX_SOURCE_BYTES:
