@@ -40,6 +40,9 @@ FLAG_KEYS: dict[str, str] = {
 # Set by the loop in the verification runs it starts: the child run stays passive, so a
 # verification run never captures an incident or records an attempt of its own.
 VERIFYING_ENV = "SELFHEAL_VERIFYING"
+# Given to every verification run: pytest then shows this plugin each passing comparison.
+COMPARISONS_PLUGIN = "pytest_selfheal.capture.comparisons"
+PASS_HOOK_OPTION = "enable_assertion_pass_hook=true"
 # Set by the loop on its localisation run: the file the run's coverage spectrum is written to.
 LOCALISE_ENV = "SELFHEAL_LOCALISE"
 # `selfheal ci` gives its pytest child a fresh random token here: the capture records it as

@@ -136,7 +136,7 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
 
     def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
-                 selection_file: Optional[Path] = None) -> VerificationRun:
+                 selection_file: Optional[Path] = None, judged: bool = False) -> VerificationRun:
         calls.append(list(argv))
         junit_path.write_text('<testsuite name="pytest" tests="1">'
                               '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')

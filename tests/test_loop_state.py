@@ -45,7 +45,7 @@ COUNT_OPENS = textwrap.dedent("""
     JUNIT = ('<testsuite name="pytest" tests="1" failures="1"><testcase classname="test_calc" name="test_sub">'
              '<failure message="assert 7 == 3">assert 7 == 3</failure></testcase></testsuite>')
 
-    def verifier(argv, *, cwd, junit_path, timeout_seconds, env=None, invocation_dir=None, selection_file=None):
+    def verifier(argv, *, cwd, junit_path, timeout_seconds, env=None, invocation_dir=None, selection_file=None, judged=False):
         junit_path.write_text(JUNIT)
         return VerificationRun(list(argv), 1, False, 0.01, "1 failed", junit_path)
 

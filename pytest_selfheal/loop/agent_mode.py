@@ -23,7 +23,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import diff_hash
 from pytest_selfheal.loop.attempts import AGENT_MODE, record_iteration
-from pytest_selfheal.loop.driver import selection_nodeids
+from pytest_selfheal.loop.driver import Verification, plan_argvs, run_verification, selection_nodeids
 from pytest_selfheal.loop.regression import (
     NOT_YET_CHECKED,
     RunOutcomes,
@@ -34,12 +34,13 @@ from pytest_selfheal.loop.regression import (
 )
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.verify import run_selection
+from pytest_selfheal.loop.verify import check_command, run_selection, trusted_options
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_MISSING, Failure
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.store.events import format_ts
 from pytest_selfheal.store.root import Store
 
@@ -130,6 +131,19 @@ def open_incidents(store: Store) -> list[OpenIncident]:
     return found
 
 
+def _verified(store: Store, incident: OpenIncident, effective: EffectiveConfig, project_root: Path) -> Optional[Verification]:
+    """The incident's verification commands run as the loop runs them (None: refused, or none)."""
+    try:
+        argvs = plan_argvs(incident.plan, incident.captured, effective)
+        for argv in argvs:
+            check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
+                          trusted=trusted_options(incident.captured, effective))
+    except SelfhealError:
+        return None
+    return run_verification(store, incident.captured, argvs, incident.selection, effective=effective, cwd=project_root,
+                            env=None, rules=rules_for_run(effective.settings.classification_rules, ()))
+
+
 def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents: Sequence[OpenIncident],
                           outcomes: Mapping[str, str], failures: Sequence[Failure], project_root: Path,
                           reports_root: Path, invocation: Sequence[str], started_at: datetime,
@@ -203,6 +217,17 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
                 "run_tests with no selection) for the check and the verdict")
             result.still_open.append(incident_id)
             continue
+        if passes(run_outcomes) and not edited and not changes.harness:
+            # A success is a verification run's: this process cannot show selfheal its passing
+            # comparisons (capture/comparisons.py) nor load it before the conftests.
+            again = _verified(store, incident, judged, project_root)
+            if again is not None and not passes(again.outcomes):
+                run_outcomes.update((n, o) for n, o in again.outcomes.items() if n in run_outcomes)
+                run_failures = again.failures
+                failed = sorted(n for n, o in again.outcomes.items() if o in FAILING_OUTCOMES)
+                result.lines.append(f"selfheal: incident {incident_id}: this run passes its tests, but its "
+                                    f"verification run does not pass {first_few(failed, 3)}"
+                                    + (f": {again.failures[0].message}" if again.failures else ""))
         # A passing selection: the tests the change can reach run before it can be a success
         # (a changed harness never is one).
         regression = None if changes.harness else check_incident(

@@ -12,7 +12,7 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -106,7 +106,7 @@ def _command_text(argv: Sequence[str]) -> str:
     return readable_command(" ".join(shlex.quote(a) for a in argv))
 
 
-def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> list[list[str]]:
+def plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> list[list[str]]:
     """The plan's commands as argv lists, each followed by :func:`trusted_options`."""
     incident_id = incident.incident_id
     argvs = verification_argv(plan)
@@ -254,7 +254,7 @@ def _drive(loop: _Loop, *, provider: Optional[Provider], approve: bool, unattend
                                      say=say)
         incident = run.incident
 
-    argvs = _plan_argvs(plan, incident, effective)
+    argvs = plan_argvs(plan, incident, effective)
     nodeids = selection_nodeids(plan, incident, argvs)
     # A plan without node ids verifies collection (pytest --collect-only): one pseudo test.
     selection = loop_selection(
@@ -346,33 +346,51 @@ def _unchanged_since(run: LoopRun, attempts: Optional[Sequence[Attempt]], observ
     return dict(previous.outcomes), list(entries)
 
 
+@dataclass
+class Verification:
+    """What the verification commands of one iteration found."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    codes: list[Optional[int]] = field(default_factory=list)
+    timed_out: bool = False
+    duration: float = 0.0
+
+
+def run_verification(store: Store, incident: Incident, argvs: Sequence[Sequence[str]], nodeids: Sequence[str], *,
+                     effective: EffectiveConfig, cwd: Path, env: Optional[Mapping[str, str]], rules: Sequence[Rule],
+                     verifier: Verifier = run_selection, cancel: Optional[CancelState] = None) -> Verification:
+    """Run every verification command in ``cwd`` and observe what it found of ``nodeids``."""
+    cancel = cancel or CancelState()
+    found = Verification()
+    with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
+        for index, argv in enumerate(argvs):
+            with cancel.interruptible():
+                ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                               timeout_seconds=effective.settings.verification.timeout_seconds, env=env,
+                               invocation_dir=start_dir(cwd, incident.invocation_dir),
+                               selection_file=store.selection_file(incident.incident_id, index), judged=True)
+            got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
+                                  redactor=effective.redactor)
+            found.outcomes.update(got)
+            found.failures.extend(failed)
+            found.duration += ran.duration_seconds
+            found.timed_out = found.timed_out or ran.timed_out
+            found.codes.append(ran.exit_code)
+    return found
+
+
 def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Sequence[str], *, cwd: Path,
                        repair: Optional[RepairBlock]) -> IterationOutcome:
     """One iteration in ``cwd``: the diff hash (in a thread, while the tests run), every
     verification command, observe, the seal and the regression check, then :func:`record_iteration`."""
     run, effective, env, rules, verifier, state = loop.run, loop.effective, loop.env, loop.rules, loop.verifier, loop.cancel
-    settings, incident = effective.settings, run.incident
-    invocation_dir = start_dir(cwd, incident.invocation_dir)
+    incident = run.incident
     started = utcnow()
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
-    outcomes: dict[str, str] = {}
-    failures: list[Failure] = []
-    codes: list[Optional[int]] = []
-    timed_out = False
-    duration = 0.0
-    with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
-        for index, argv in enumerate(argvs):
-            with state.interruptible():
-                ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=settings.verification.timeout_seconds, env=env, invocation_dir=invocation_dir,
-                               selection_file=run.store.selection_file(run.incident_id, index))
-            got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
-                                  redactor=effective.redactor)
-            outcomes.update(got)
-            failures.extend(failed)
-            duration += ran.duration_seconds
-            timed_out = timed_out or ran.timed_out
-            codes.append(ran.exit_code)
+    ran = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env, rules=rules,
+                           verifier=verifier, cancel=state)
+    outcomes, failures, codes = ran.outcomes, ran.failures, ran.codes
     changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
                               extra_code=repair.files_changed if repair is not None else ())
     # A changed harness always stops and never as a success: no regression check for it. Edited
@@ -382,7 +400,7 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
         with state.interruptible():  # a passing selection: the tests the change can reach run before a success
             regression = check_incident(
                 run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
-                failed=bool(failures) or timed_out, env=env, rules=rules,
+                failed=bool(failures) or ran.timed_out, env=env, rules=rules,
                 captured_tree=loop.project_root if repair is not None else None)
     tree_hash = hasher.result().diff_hash
     kill_point("iteration:after_verify")
@@ -391,8 +409,8 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
         started_at=stamp(started), finished_at=stamp(utcnow()), mode="repair" if repair is not None else "verify",
         verification_commands=[_command_text(a) for a in argvs],
         # The first failing command's code (None: timed out or could not start), else 0.
-        exit_code=next((c for c in codes if c != 0), 0) if codes else None, timed_out=timed_out, repair=repair,
-        project_root=loop.project_root, duration_seconds=duration, tests_edited=changes.tests,
+        exit_code=next((c for c in codes if c != 0), 0) if codes else None, timed_out=ran.timed_out, repair=repair,
+        project_root=loop.project_root, duration_seconds=ran.duration, tests_edited=changes.tests,
         harness_changed=changes.harness, regression=regression,
     )
     if not outcome.closed:
@@ -409,7 +427,7 @@ def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConf
     plan = run.require_plan()
     incident = run.incident
     effective, _ = judged_config(effective, incident)
-    argvs = _plan_argvs(plan, incident, effective)
+    argvs = plan_argvs(plan, incident, effective)
     check_commands(run, argvs, effective=effective, project_root=project_root)
     loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, hook_rules),
                  verifier, CancelState())

@@ -25,6 +25,8 @@ from pytest_selfheal.junit.reader import dedupe, iter_testcases
 from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments
 from pytest_selfheal.loop.invocation import from_invocation_dir
 from pytest_selfheal.names import (
+    COMPARISONS_PLUGIN,
+    PASS_HOOK_OPTION,
     SELECTION_FORMAT,
     SELECTION_OPTION,
     SELECTION_PLUGIN,
@@ -202,12 +204,13 @@ class Verifier(Protocol):
 
     def __call__(self, argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
-                 selection_file: Optional[Path] = None) -> VerificationRun: ...
+                 selection_file: Optional[Path] = None, judged: bool = False) -> VerificationRun: ...
 
 
 def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                   env: Optional[Mapping[str, str]] = None, kill_grace: float = KILL_GRACE_SECONDS,
-                  invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None) -> VerificationRun:
+                  invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None,
+                  judged: bool = False) -> VerificationRun:
     """Run one verification command (never through a shell) and wait for it.
 
     ``cwd`` is the rootdir; ``invocation_dir``, a folder inside it the capture ran pytest
@@ -222,7 +225,10 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
         argv = from_invocation_dir(argv, Path(cwd), start, skip=runner_length(argv))
     if selection_file is not None:
         argv = through_selection_file(argv, selection_file)
-    full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
+    # ``judged``: the failing tests' own run, whose passing comparisons are judged (it slows
+    # every passing assert, so the regression check's wider runs are not).
+    judging = ["-p", COMPARISONS_PLUGIN, "-o", PASS_HOOK_OPTION] if judged else []
+    full = resolve_argv(argv) + [*judging, f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
     child_env[VERIFYING_ENV] = "1"
     output_path = junit_path.with_name(junit_path.name + ".out")
