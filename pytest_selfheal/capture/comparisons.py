@@ -4,9 +4,9 @@ Code under repair can make a failing ``assert add(2, 3) == 5`` pass without comp
 returns a value whose ``__eq__`` says yes to everything. A verification run rewrites its
 asserts with pytest's ``enable_assertion_pass_hook``, so pytest hands every passing
 comparison's operands to ``pytest_assertrepr_compare`` of this module, which the run loads
-with ``-p`` (never the entry-point plugin, so never registered twice). There, a value (or an item of a
-list, tuple, set or dict operand) whose class the code under repair defines, and which equals
-an object it has never seen or is unequal to itself, fails the test with a line that says so.
+with ``-p`` (never the entry-point plugin, so never registered twice). There, a value (or an
+item of a list, tuple, set or dict operand) whose class the code under repair defines, and
+which equals an object it has never seen or is unequal to itself, fails the test.
 unittest's ``assertEqual``, ``assertNotEqual``, ``assertIn`` and ``assertNotIn`` are judged
 the same way after they pass.
 
@@ -32,18 +32,9 @@ _ITEMS_LIMIT = 1000  # items of container operands looked at per comparison
 _INSTALLED = ("site-packages", "dist-packages")
 
 
-class _Unseen:
-    """An object no honest value equals."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<an object it has never seen>"
-
-
 def _lies(value: object) -> bool:
     """``value`` equals an object it has never seen, or is unequal to itself."""
-    unseen = _Unseen()
+    unseen = object()  # no honest value equals it
     try:
         return bool(value == unseen) or not bool(value != unseen) or bool(value != value)
     except Exception:  # an array's ambiguous truth, a comparison that raises: no lie told
