@@ -1,11 +1,9 @@
-"""``selfheal mcp``: the tools of :mod:`pytest_selfheal.mcp_server.tools` served over stdio with
-the official ``mcp`` SDK (the optional extra ``pytest-selfheal[mcp]``; docs/mcp.md).
+"""``selfheal mcp``: the operations of mcp_server/tools.py served over stdio with the ``mcp``
+SDK (the extra ``pytest-selfheal[mcp]``; docs/mcp.md).
 
-This module is the only one that imports the SDK, and only inside its functions (asyncio
-too): every ``selfheal`` command imports it (the mcp command's), and the SDK costs more than
-the rest of a start. The operations (:class:`~pytest_selfheal.mcp_server.tools.Project`: pytest runs, the
-store, the loop) load at the first call that needs them, so that ``initialize`` and the tool
-list are answered with the SDK and this module alone.
+The only module that imports the SDK, inside its functions: every ``selfheal`` command imports
+this module, and the SDK costs more than the rest of a start. The operations load at the first
+call that needs them, so ``initialize`` and the tool list are answered without them.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
@@ -63,9 +61,7 @@ def _json_type(annotation: Any) -> Any:
 
 
 def verdict_model() -> "type[BaseModel]":
-    """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict"),
-    built from :class:`RunVerdict`'s fields: only the decision is required, since under a small
-    ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+    """``run_tests``'s output schema, from :class:`RunVerdict`'s fields."""
     from pydantic import ConfigDict, Field, create_model
 
     hints = typing.get_type_hints(RunVerdict)
@@ -80,17 +76,18 @@ def verdict_model() -> "type[BaseModel]":
         else:
             fields[spec.name] = (Optional[kind], Field(None, description=doc))
     fields[DIGEST] = (Optional[list[str]], Field(None, description=DIGEST_DOC))
+    # Only the decision is required: under a small mcp.max_chars only the first keys are sent.
     # Keys added later stay valid for a client that checks an older schema.
     return create_model("Verdict", __config__=ConfigDict(extra="allow"), __doc__=(
         'The structured part of ``run_tests`` (docs/mcp.md "The verdict"). Under a small\n'
         "``mcp.max_chars`` only the first keys are sent (the text has the rest)."), **fields)
 
 
+@dataclasses.dataclass(frozen=True)
 class _AlreadyApplied:
     """Resolver outcome: nothing to ask, the patch is in the tree already."""
 
-    def __init__(self, proposed: "ProposedPatch") -> None:
-        self.proposed = proposed
+    proposed: "ProposedPatch"
 
 
 class _CannotAsk:
@@ -119,8 +116,8 @@ def _guarded(call: Callable[[], _T]) -> _T:
 
 
 async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
-    """Started outside a project: serve the first root the client names that is one (MCP
-    roots, asked once per call until one is found; a client without them keeps the refusal)."""
+    """Started outside a project: serve the first MCP root the client names that is one (asked
+    at each call until one is found)."""
     if project.confirmed:
         return
     capabilities = ctx.client_capabilities
@@ -139,8 +136,7 @@ async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
 
 
 def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
-    """The project's operations, made by ``make`` at the first call of the function returned
-    (once, whichever thread asks first): the modules they need load then."""
+    """A function returning ``make()``, made once at its first call (from whichever thread)."""
     made: list[Project] = []
     making = threading.Lock()
 
@@ -154,8 +150,7 @@ def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
 
 
 def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
-    """The MCP server of the project ``project()`` serves: six tools and two resource
-    templates (``operations`` makes ``project``: nothing of it loads before a call)."""
+    """Six tools and two resource templates over ``project()``, called only when a request needs it."""
     import asyncio  # with the SDK, which needs it anyway: every other command imports this module
 
     from mcp.server import MCPServer
@@ -173,9 +168,7 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
         approve: bool = Field(description="true: apply the proposed patch to your working tree")
 
     class SelfhealMCPServer(MCPServer[Any]):
-        """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
-        validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
-        <message>``) and whose resource list names the project's incidents."""
+        """Tool errors as one redacted line ``<tool>: <message>``; the incidents as resources."""
 
         async def list_resources(self) -> list[MCPResource]:
             try:
