@@ -58,14 +58,13 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
         raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
     flags = {**{name: getattr(args, name) for name in _SWITCHES}, "report_name": args.report_name,
              "comment_from": Path(args.comment_from) if args.comment_from else None, "pull_request": args.pr,
-             "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None}
+             "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None,
+             "pytest_args": [*given.get("pytest_args", ()), *args.pytest_args],
+             "overrides": [*given.get("overrides", ()), *((text, "--set") for text in args.overrides)],
+             "reports_dir": Path(args.dir) if args.dir else None, "post_only": bool(args.post_only),
+             "report_path": Path(args.report_path) if args.report_path else None}
     options = CiOptions(**{**given, **{key: value for key, value in flags.items() if value is not None}})
-    options.pytest_args = [*given.get("pytest_args", ()), *args.pytest_args]
-    options.overrides = [*given.get("overrides", ()), *((text, "--set") for text in args.overrides)]
-    options.reports_dir = Path(args.dir) if args.dir else None
-    options.report_path = Path(args.report_path) if args.report_path else None
     options.report_name = options.report_name or DEFAULT_REPORT_NAME
-    options.post_only = bool(args.post_only)
     if options.comment_from is not None and options.pytest_args:
         raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
     if options.post_only and options.comment_from is None:

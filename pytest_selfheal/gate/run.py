@@ -125,7 +125,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     gate = settings.gate
     args: Optional[list[str]] = None if is_open else list(gate.pytest_args)
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
-                                  timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
+                                  timeout=(gate.timeout_seconds, "gate.timeout_seconds"))
     redactor = effective.redactor
     if edited_keys and NOT_APPLIED not in verdict.summary:  # an iteration's summary names them already
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
@@ -143,7 +143,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     _remember(store, payload, blocks + 1)
     more = (f"`selfheal show {verdict.incident_id}` prints the whole digest" if verdict.incident_id
             else "`selfheal status` lists them")
-    return GateAnswer(True, project.verdict_result(store, replace(verdict, next=CONTINUE_NEXT), int(gate.max_chars),
+    return GateAnswer(True, project.verdict_result(store, replace(verdict, next=CONTINUE_NEXT), gate.max_chars,
                                                    redactor=redactor, structured=False, more=more).text)
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
-from pytest_selfheal.errors import printable
+from pytest_selfheal.errors import UsageError, printable
 from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.incident_view import IncidentView
@@ -236,16 +236,18 @@ def incident_blocks(view: IncidentView) -> list[str]:
 def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> str:
     """One page of root-cause group ``group`` (1-based): its head line, at offset 0 its summary
     (at most half the page), then its tests from ``offset`` with their first lines, at least one
-    (cut to fit), and the next page's offset. ``IndexError``: no such group; ``ValueError``:
-    the offset is past its tests."""
+    (cut to fit), and the next page's offset; a UsageError for no such group or test."""
+    if offset < 0:
+        raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
     failures = _failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     if not 1 <= group <= len(causes):
-        raise IndexError(group)
+        raise UsageError(f"group {group}: incident {view.incident_id} has {len(causes)} root-cause group(s), "
+                         "numbered from 1")
     cause = causes[group - 1]
     nodeids = list(cause.nodeids)
-    if offset < 0 or (offset and offset >= len(nodeids)):
-        raise ValueError(offset)
+    if offset and offset >= len(nodeids):
+        raise UsageError(f"offset {offset}: root-cause group {group} of incident {view.incident_id} has fewer tests")
     block = group_block(group, len(causes), cause, failures, full=True).split("\n")
     head = one_line(block[0], max(max_chars // 3, 1))  # short enough to leave room for tests
     # The summary once, on the first page, within half of it.
@@ -322,9 +324,3 @@ def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] =
             break
         kept.append(group)
     return {**data, DIGEST: kept} if kept else data
-
-
-def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
-    """The size of a tool result the bound applies to: its text plus its structured JSON."""
-    return len(text) + structured_size(data)
-

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.types import CallToolResult
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel
 
-    from pytest_selfheal.mcp_server.tools import Project
+    from pytest_selfheal.mcp_server.tools import Project, ToolResult
     from pytest_selfheal.repair.patches import ProposedPatch
 
 INSTRUCTIONS = """\
@@ -92,11 +92,6 @@ class _AlreadyApplied:
 
 class _CannotAsk:
     """Resolver outcome: the client declared no elicitation, so nobody can approve."""
-
-
-def _validation_line(exc: "ValidationError") -> str:
-    parts = [f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()]
-    return "bad arguments: " + "; ".join(parts)
 
 
 def _result(text: str, data: Optional[dict[str, Any]] = None) -> "CallToolResult":
@@ -199,7 +194,8 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
             except ToolError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, ValidationError):
-                    message = _validation_line(cause)
+                    message = "bad arguments: " + "; ".join(
+                        f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in cause.errors())
                 else:
                     message = str(exc).removeprefix(f"Error executing tool {name}: ")
                 raise ToolError(project().error_line(f"{name}: {message}")) from None
@@ -220,6 +216,20 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
+    async def in_turn(ctx: Context[Any, Any], operation: "Callable[[Project], ToolResult]") -> CallToolResult:
+        """An operation that runs tests, one at a time, in a worker thread."""
+        await _adopt_roots(project(), ctx)
+
+        def call() -> CallToolResult:
+            with changing:
+                done = _guarded(lambda: operation(project()))
+                return _result(done.text, done.data)
+
+        # An executor future is abandoned on cancel (the SDK's own worker threads are waited
+        # for): the call returns at once, and run_tests' cancel event stops pytest's process
+        # group within a fraction of a second (the thread then gives the lock back).
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
     @app.tool(annotations=runs)
     async def run_tests(ctx: Context[Any, Any], selection: Optional[list[str]] = None,
                         pytest_args: Optional[list[str]] = None) -> Annotated[CallToolResult, Verdict]:
@@ -229,19 +239,9 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
         is its next iteration (with the options it was captured with). Returns the verdict:
         CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
         progress, counts, and a digest of the failures grouped by root cause (largest first)."""
-        await _adopt_roots(project(), ctx)
         cancel = threading.Event()
-
-        def call() -> CallToolResult:
-            with changing:
-                done = _guarded(lambda: project().run_tests(selection or [], pytest_args, cancel))
-                return _result(done.text, done.data)
-
         try:
-            # An executor future is abandoned on cancel (the SDK's own worker threads are waited
-            # for): the call returns at once, and the event below stops pytest's process group
-            # within a fraction of a second (the thread then gives the lock back).
-            return await asyncio.get_running_loop().run_in_executor(None, call)
+            return await in_turn(ctx, lambda served: served.run_tests(selection or [], pytest_args, cancel))
         finally:
             cancel.set()  # cancelled, or the client went away; after a finished run it changes nothing
 
@@ -263,13 +263,7 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
     async def loop(ctx: Context[Any, Any], incident_id: str) -> CallToolResult:
         """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
         tests; flaky ones that pass resolve it) and return the result."""
-        await _adopt_roots(project(), ctx)
-
-        def call() -> CallToolResult:
-            with changing:
-                return _result(_guarded(lambda: project().loop(incident_id)).text)
-
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+        return await in_turn(ctx, lambda served: served.loop(incident_id))
 
     @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:

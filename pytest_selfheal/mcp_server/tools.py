@@ -155,17 +155,14 @@ class Project:
         (the defaults when the config cannot be read)."""
         try:
             effective = self.effective()
-            redactor, limit = effective.redactor, int(effective.settings.mcp.max_chars)
+            redactor, limit = effective.redactor, effective.settings.mcp.max_chars
         except SelfhealError:
-            redactor, limit = default_redactor(), int(McpSettings().max_chars)
+            redactor, limit = default_redactor(), McpSettings().max_chars
         return one_line(redactor.redact(text), limit)
 
     def incident_ids(self, limit: int = 50) -> list[str]:
         """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
         return [row.incident_id for row in reversed(self.store().list_incidents())][:limit]
-
-    def _limit(self, effective: EffectiveConfig) -> int:
-        return int(effective.settings.mcp.max_chars)
 
     def status(self) -> ToolResult:
         effective = self.effective()
@@ -179,7 +176,7 @@ class Project:
             for row in rows
         ]
         head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
-        return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
+        return ToolResult(fit([head, *lines], effective.settings.mcp.max_chars, what="incident line(s)",
                               more="`selfheal status` lists them all", separator="\n"))
 
     def show(self, incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> ToolResult:
@@ -189,7 +186,7 @@ class Project:
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
         view = current_view(store, resolved)
-        limit = self._limit(effective)
+        limit = effective.settings.mcp.max_chars
         if group is None:
             if offset is not None:
                 raise UsageError("offset pages through one root-cause group: give group too")
@@ -197,17 +194,8 @@ class Project:
                     "prints everything")
             return ToolResult(fit(incident_blocks(view), limit, what="block(s) (root-cause groups, plan, attempts)",
                                   more=more))
-        if offset is not None and offset < 0:
-            raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
         head = f"# Incident {resolved}\n"
-        try:
-            return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
-        except IndexError:
-            raise UsageError(f"group {group}: incident {resolved} has {len(view.root_causes)} "
-                             "root-cause group(s), numbered from 1") from None
-        except ValueError:
-            raise UsageError(f"offset {offset}: root-cause group {group} of incident {resolved} has fewer tests"
-                             ) from None
+        return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
         effective = self.effective()
@@ -219,7 +207,7 @@ class Project:
         markdown = effective.redactor.redact(
             report_markdown(report, hooks.cli_plugin_manager(), headline=True))
         blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
-        return ToolResult(fit_by_value(blocks, self._limit(effective), value=report_section_value, essential=ESSENTIAL_VALUE,
+        return ToolResult(fit_by_value(blocks, effective.settings.mcp.max_chars, value=report_section_value, essential=ESSENTIAL_VALUE,
                                        more=f"`selfheal report {ids[0]}` prints the whole report"))
 
     def loop(self, incident_id: str) -> ToolResult:
@@ -237,7 +225,7 @@ class Project:
         head = f"STOP {reason}: incident {resolved} {status} after {result.loops_used} loop(s)"
         body = "\n".join(one_line(line, 400) for line in progress[-40:])
         blocks = [head, body] if body else [head]
-        return ToolResult(fit(blocks, self._limit(effective), what="block(s) of loop output",
+        return ToolResult(fit(blocks, effective.settings.mcp.max_chars, what="block(s) of loop output",
                               more=f"call show with incident_id {resolved}"))
 
     def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
@@ -263,7 +251,7 @@ class Project:
         effective = self.effective()
         store = self.store(effective)
         verdict = self.run_verdict(effective, store, selection, pytest_args, cancel=cancel)
-        return self.verdict_result(store, verdict, self._limit(effective), redactor=effective.redactor)
+        return self.verdict_result(store, verdict, effective.settings.mcp.max_chars, redactor=effective.redactor)
 
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
@@ -295,8 +283,7 @@ class Project:
         # No reports root of ours: the child reads the same config from the same directory.
         argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
                            [*selection, *pytest_args])
-        seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
-                                   "verification.timeout_seconds")
+        seconds, key = timeout or (effective.settings.verification.timeout_seconds, "verification.timeout_seconds")
         with fresh_bytecode(process.child_environment()) as clean:
             completed = process.run(argv, cwd=self.directory, env=clean, on_line=keep,
                                     timeout_seconds=seconds, cancel=cancel)
@@ -478,7 +465,7 @@ class Project:
     def approval_question(self, proposed: ProposedPatch) -> str:
         """What the user is asked before ``apply``: the question and the diff, redacted, within ``mcp.max_chars``."""
         effective = self.effective()
-        limit = self._limit(effective)
+        limit = effective.settings.mcp.max_chars
         question = effective.redactor.redact(proposed.question)
         diff = effective.redactor.redact(proposed.patch.decode("utf-8", errors="replace"))
         room = limit - len(question) - 2
