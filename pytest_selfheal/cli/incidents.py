@@ -299,7 +299,6 @@ def prune_command(args: argparse.Namespace) -> int:
 
 
 def format_state(state: LoopState) -> list[str]:
-    """The replayed state as readable lines."""
     lines = [
         f"incident      {state.incident_id}",
         f"status        {state.status} ({state.bucket})",

@@ -43,7 +43,6 @@ FORMAT = (
 
 
 def write_output(args: argparse.Namespace, data: bytes) -> Path:
-    """Write ``data`` to ``--output`` atomically, its folder made."""
     target = Path(args.output)
     fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
     fsio.atomic_write_bytes(target, data)

@@ -154,7 +154,6 @@ def _shown(text: str, shown: int, total: int, rest: str) -> list[tuple[str, obje
 
 
 def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: Optional[TestEdits] = None) -> str:
-    """The incident as ``label  value`` lines."""
     incident = view.incident
     rows: list[tuple[str, object]] = [
         ("incident", view.incident_id),

@@ -68,19 +68,15 @@ def _check_no_link(base: Path, path: Path) -> bool:
 def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "") -> Installed:
     """Add the stop hook running ``command`` (default: this ``selfheal``) to ``agent``'s settings file under ``base``."""
     path = base / SETTINGS_FILES[agent]
-    existing = None
+    text = ""
     if _check_no_link(base, path):
         try:
             text = fsio.read_text(path)
         except SelfhealError as exc:
             raise InputError(f"{path}: {exc}") from None
-        if text.strip():
-            try:
-                existing = loads(text.lstrip("\ufeff"))
-            except InputError as exc:
-                raise InputError(f"{path}: {exc}; left unchanged") from None
     command = command or shlex.join([*selfheal_program(), "stop-gate", agent.value])
     try:
+        existing = loads(text.lstrip("\ufeff")) if text.strip() else None
         merged, change = merged_settings(agent, existing, command, int(timeout_seconds) + HOOK_MARGIN_SECONDS)
     except InputError as exc:
         raise InputError(f"{path}: {exc}; left unchanged") from None

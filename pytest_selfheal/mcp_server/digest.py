@@ -189,7 +189,6 @@ def incident_head(view: IncidentView) -> str:
 
 
 def plan_block(view: IncidentView) -> str:
-    """The plan's summary, actions and verification commands (each command cut)."""
     plan = view.plan
     if plan is None:
         return "## Plan\nnone yet"
@@ -208,7 +207,6 @@ def attempt_lines(view: IncidentView) -> list[str]:
 
 
 def attempts_block(view: IncidentView) -> str:
-    """Each recorded attempt in one line, then the run result."""
     lines = [f"## Attempts: {len(view.attempts)}", *attempt_lines(view)]
     result = view.run_result
     if result is not None:

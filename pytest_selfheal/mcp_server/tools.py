@@ -204,8 +204,7 @@ class Project:
         if not ids:
             raise NotFoundError(f"no incidents in {store.root}")
         report = build_from_store(store, ids, self.root)
-        markdown = effective.redactor.redact(
-            report_markdown(report, hooks.cli_plugin_manager(), headline=True))
+        markdown = effective.redactor.redact(report_markdown(report, hooks.cli_plugin_manager(), headline=True))
         blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
         return ToolResult(fit_by_value(blocks, effective.settings.mcp.max_chars, value=report_section_value, essential=ESSENTIAL_VALUE,
                                        more=f"`selfheal report {ids[0]}` prints the whole report"))
