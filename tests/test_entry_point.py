@@ -88,9 +88,10 @@ def test_a_verify_only_selfheal_loop_parent_imports_what_its_iteration_and_stop_
 def test_every_command_is_listed_and_found_by_its_name() -> None:
     from pytest_selfheal.cli import ci, table
     from pytest_selfheal.cli.main import CI_COMMANDS, command_names, find_command
+    from pytest_selfheal.cli.options import commands_of
 
-    assert sorted(ci.COMMANDS) == sorted(CI_COMMANDS)
-    assert sorted([*table.COMMANDS, *ci.COMMANDS, "mcp"]) == command_names()  # a new command is listed, none is left out
+    assert sorted(commands_of(ci)) == sorted(CI_COMMANDS)
+    assert sorted([*table.COMMANDS, *commands_of(ci), "mcp"]) == command_names()  # a new command is listed, none is left out
     for name in command_names():
         assert find_command(name).name == name
     with pytest.raises(ValueError, match="no selfheal command 'nope'"):

@@ -24,7 +24,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ElicitResult
 
-from pytest_selfheal.mcp_server.digest import fit, result_size
+from pytest_selfheal.mcp_server.digest import fit, structured_size
 
 LIMIT = 8000
 
@@ -71,7 +71,7 @@ def text_of(result: CallToolResult) -> str:
 
 
 def size_of(result: CallToolResult) -> int:
-    return result_size(text_of(result), result.structured_content)
+    return len(text_of(result)) + structured_size(result.structured_content)  # what the bound applies to
 
 
 def tree_state(project: Path) -> str:

@@ -1,6 +1,5 @@
-"""The commands of CI and the failure history: ``ci`` (what the GitHub Action runs: pytest
---selfheal, the loop, the report, the job summary, the step outputs and one sticky PR comment;
-``--comment-from`` only posts a report), ``history``, ``flaky`` and ``quarantine`` (docs/history.md)."""
+"""The commands of CI and the failure history: ``ci`` (what the GitHub Action runs), ``history``,
+``flaky`` and ``quarantine`` (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -52,22 +51,20 @@ _SWITCHES = {
 
 
 def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
-    """The run's options: flags first, then (with ``--action-inputs``) the ``INPUT_*``
-    variables, then the defaults. Lists add up: the inputs' pytest args and overrides come
-    before the flags' ones."""
+    """The run's options: flags, else (``--action-inputs``) the ``INPUT_*`` variables, else the
+    defaults; the inputs' pytest args and overrides come before the flags'."""
     given = action_inputs(os.environ if env is None else env) if args.action_inputs else {}
     if args.pr is not None and args.pr <= 0:
         raise UsageError(f"--pr: expected a pull request number, got {args.pr}")
     flags = {**{name: getattr(args, name) for name in _SWITCHES}, "report_name": args.report_name,
              "comment_from": Path(args.comment_from) if args.comment_from else None, "pull_request": args.pr,
-             "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None}
+             "expected_head_sha": parse_sha(args.expected_head_sha) if args.expected_head_sha is not None else None,
+             "pytest_args": [*given.get("pytest_args", ()), *args.pytest_args],
+             "overrides": [*given.get("overrides", ()), *((text, "--set") for text in args.overrides)],
+             "reports_dir": Path(args.dir) if args.dir else None, "post_only": bool(args.post_only),
+             "report_path": Path(args.report_path) if args.report_path else None}
     options = CiOptions(**{**given, **{key: value for key, value in flags.items() if value is not None}})
-    options.pytest_args = [*given.get("pytest_args", ()), *args.pytest_args]
-    options.overrides = [*given.get("overrides", ()), *((text, "--set") for text in args.overrides)]
-    options.reports_dir = Path(args.dir) if args.dir else None
-    options.report_path = Path(args.report_path) if args.report_path else None
     options.report_name = options.report_name or DEFAULT_REPORT_NAME
-    options.post_only = bool(args.post_only)
     if options.comment_from is not None and options.pytest_args:
         raise UsageError("--comment-from runs no tests: pytest arguments cannot be given with it")
     if options.post_only and options.comment_from is None:
@@ -98,7 +95,6 @@ def options_from_args(args: argparse.Namespace, env: Any = None) -> CiOptions:
              help="comment only if the pull request's head commit is SHA"),
          arg("pytest_args", metavar="PYTEST_ARGS", nargs="*", help="arguments for pytest, after --"))
 def ci_command(args: argparse.Namespace) -> int:
-    """Run it; exit codes in docs/exit-codes.md ("selfheal ci")."""
     options = options_from_args(args)
     if options.working_directory is not None:
         if not options.working_directory.is_dir():
@@ -193,10 +189,7 @@ def history_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_recent(
-    runs: Sequence[tuple[RunInfo, list[TestOutcome]]], as_json: bool, redactor: Optional[Redactor] = None
-) -> int:
-    """The recent runs, newest first, each with its failing and re-run tests."""
+def _print_recent(runs: Sequence[tuple[RunInfo, list[TestOutcome]]], as_json: bool, redactor: Optional[Redactor]) -> int:
     if as_json:
         print_json([
             {"recorded_at": r.recorded_at, "kind": r.kind, "branch": r.branch, "commit": r.commit, "job": r.ci_job,
@@ -219,7 +212,6 @@ def _print_recent(
 
 
 def _share(args: argparse.Namespace) -> int:
-    """``push``, ``pull`` or ``compact`` against the remote's shared history ref."""
     project = project_root()
     root = store_from_args(args).root
     remote: str = args.remote
@@ -267,7 +259,7 @@ def _share(args: argparse.Namespace) -> int:
 
 
 def _segment_names(text: Optional[str]) -> Optional[list[str]]:
-    """The names of ``--segments`` (None: not given); a word that is not a segment name is exit 2."""
+    """The names of ``--segments`` (None: not given); UsageError for a word that is not one."""
     if text is None:
         return None
     names = text.replace(",", " ").split()
@@ -358,5 +350,3 @@ def quarantine_command(args: argparse.Namespace) -> int:
     print(said)
     return 0
 
-
-COMMANDS = {found.name: found for found in (ci_command, history_command, flaky_command, quarantine_command)}

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any
 
 from pytest_selfheal.cli.common import (
@@ -95,14 +96,9 @@ def loop_command(args: argparse.Namespace) -> int:
         overrides.append(Override("repair.allow_test_edits", True, "--allow-test-edits"))
     effective = load_config(project, overrides=overrides)
     store, incident_id = incident_from_args(args, effective)
-    store.locate(incident_id)  # unknown id: exit 4 before anything runs
-
-    def progress(line: str) -> None:
-        stream = sys.stderr if args.json else sys.stdout
-        stream.write(line + "\n")
-        stream.flush()
-
-    if args.reopen and store.locate(incident_id)[0] != INBOX:
+    where, _ = store.locate(incident_id)  # unknown id: exit 4 before anything runs
+    progress = partial(print, file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.reopen and where != INBOX:
         bucket, previous, _ = reopen_incident(store, incident_id)
         progress(f"selfheal: reopened {incident_id} ({previous} -> planned) from {archive_dir(bucket)}")
     elif args.reopen:  # said, not silently ignored
@@ -303,7 +299,6 @@ def prune_command(args: argparse.Namespace) -> int:
 
 
 def format_state(state: LoopState) -> list[str]:
-    """The replayed state as readable lines."""
     lines = [
         f"incident      {state.incident_id}",
         f"status        {state.status} ({state.bucket})",

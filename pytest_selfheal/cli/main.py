@@ -1,9 +1,5 @@
-"""The ``selfheal`` console script.
-
-Each command is a :class:`~pytest_selfheal.cli.options.Command`: ``mcp`` here, the others in the
-modules of cli/table.py. Errors reach the user as one line and an exit code (docs/exit-codes.md),
-never a traceback.
-"""
+"""The ``selfheal`` console script: ``mcp`` here, the other commands in the modules of
+cli/table.py and cli/ci.py. Errors reach the user as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from types import ModuleType
 from typing import NoReturn, Optional
 
 from pytest_selfheal import __version__
-from pytest_selfheal.cli.options import Command, arg, command, set_flag
+from pytest_selfheal.cli.options import Command, arg, command, commands_of, set_flag
 from pytest_selfheal.config.files import is_project
 from pytest_selfheal.config.settings import parse_override
 from pytest_selfheal.errors import EXIT_CANCELLED, EXIT_OK, SelfhealError, UsageError
@@ -33,8 +29,7 @@ INSTALL_HINT = "selfheal mcp needs the optional extra (Python 3.10+): pip instal
              help="the project to serve (default: the current directory); pytest runs there"),
          set_flag("override a ralf_lite key for every call, e.g. --set mcp.max_chars=4000 (repeatable)"))
 def mcp(args: argparse.Namespace) -> int:
-    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set
-    (a bad config file is each tool's one-line error instead)."""
+    """Serve until the client closes stdin; 2 without the extra, a bad --root or a bad --set."""
     if importlib.util.find_spec("mcp") is None:
         raise UsageError(INSTALL_HINT)
     directory = Path(args.root) if args.root else Path.cwd()
@@ -83,18 +78,17 @@ _HELP_WIDTH = 100
 
 
 def command_names() -> list[str]:
-    """Every command of :data:`GROUPS`, sorted."""
     return sorted(name for _, names in GROUPS for name in names)
 
 
 def find_command(name: str) -> Command:
-    """The command ``name``; ValueError for no command."""
+    """The command ``name``; ValueError for none."""
     if name == mcp.name:
         return mcp
     if name in CI_COMMANDS:
         from pytest_selfheal.cli import ci  # only a CI or history command needs it
 
-        return ci.COMMANDS[name]
+        return commands_of(ci)[name]
     commands: dict[str, Command] = _table().COMMANDS
     try:
         return commands[name]
@@ -119,16 +113,14 @@ def command_overview(helps: dict[str, str]) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are a UsageError: one line and our usage code (a stop hook's: its
-    fail-open answer)."""
+    """argparse whose errors are a UsageError: one line and our usage code."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
-    """The argument parser, one subparser per discovered command (``only``: that one alone,
-    so that running a command imports no other)."""
+    """One subparser per command (``only``: that one alone, so that running it imports no other)."""
     commands = [find_command(name) for name in ([only] if only is not None else command_names())]
     parser = _Parser(prog="selfheal", description=textwrap.fill(DESCRIPTION, _HELP_WIDTH),
                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -146,7 +138,6 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point: parse, run, and turn every known error into one line and an exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     # A stop hook's command line answers the agent whatever goes wrong, a bad argument or a
     # bug included: to Claude Code, exit 2 or a traceback would mean "block".
@@ -175,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _let_the_agent_stop(agent: Agent, why: str) -> int:
-    """A stop hook's answer when the gate did not start (a bad argument, a broken install)."""
+    """A stop hook's answer when the gate did not start."""
     out, err = hook_output(agent, *cannot_judge(agent, f"selfheal stop-gate: {why}"), default_redactor().redact)
     sys.stderr.write(err)
     sys.stdout.write(out)

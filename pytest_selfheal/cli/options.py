@@ -1,5 +1,4 @@
-"""A ``selfheal`` command as data: its name, its help, its arguments and its ``run``, and the
-arguments several commands share, declared once here."""
+"""A ``selfheal`` command as data (name, help, arguments, ``run``) and the arguments several share."""
 
 from __future__ import annotations
 
@@ -28,12 +27,10 @@ class Command(NamedTuple):
 
 
 def command(name: str, help: str, *specs: Spec) -> Callable[[Run], Command]:
-    """Declare the decorated function the ``run`` of command ``name``."""
     return lambda run: Command(name, help, specs, run)
 
 
 def commands_of(*modules: ModuleType) -> dict[str, Command]:
-    """The commands ``modules`` declare, by name."""
     return {c.name: c for module in modules for c in vars(module).values() if isinstance(c, Command)}
 
 

@@ -1,11 +1,11 @@
-"""The commands that write reports: ``report``, ``merge`` (shard reports and histories), ``junit``
-(re-runs as ``<flakyFailure>``) and ``fingerprint`` (junit failures of any runner; it reports, it
-does not judge: exit 0 whenever the files were read, 3 when one is not junit XML)."""
+"""The commands that write reports: ``report``, ``merge``, ``junit`` and ``fingerprint`` (it
+reports, it does not judge: exit 0 whenever the files were read, 3 when one is not junit XML)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import sys
 from collections.abc import Sequence
@@ -43,7 +43,6 @@ FORMAT = (
 
 
 def write_output(args: argparse.Namespace, data: bytes) -> Path:
-    """Write ``data`` to ``--output`` atomically, its folder made; that path."""
     target = Path(args.output)
     fsio.ensure_dir(target.parent if str(target.parent) else Path("."))
     fsio.atomic_write_bytes(target, data)
@@ -58,11 +57,8 @@ def output_format(args: argparse.Namespace) -> str:
 
 
 def emit(report: Report, args: argparse.Namespace) -> None:
-    """Print ``report`` (or write it to ``--output``) in the chosen format.
-
-    The markdown carries the sections of the ``pytest_selfheal_report_sections`` hooks of
-    the installed ``pytest_selfheal`` plugins; a broken one is a ``ConfigError`` (2).
-    """
+    """Print ``report`` (or write it to ``--output``) in the chosen format; the markdown has the
+    plugins' ``pytest_selfheal_report_sections`` (a broken one is a ``ConfigError``, 2)."""
     fmt = output_format(args)
     if fmt == "json" and args.output is None:
         print_json(report.to_json())
@@ -166,6 +162,12 @@ def junit_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# The failure's keys of a row of ``--json`` (not ``dataclasses.asdict``: it deep-copies, slowly).
+ROW_KEYS = ("test", "fingerprint", "signature", "scheme", "failure_type", "code_fixable", "transient",
+            "failure_class", "message", "outcome")
+_row_values = operator.attrgetter(*ROW_KEYS)
+
+
 class FingerprintRow(NamedTuple):
     """One failing testcase of one file (a tuple: 10,000 rows are built per run)."""
 
@@ -174,29 +176,14 @@ class FingerprintRow(NamedTuple):
     rule: str  # the classification rule that matched
 
     def to_json(self) -> dict[str, Any]:
-        """The row ``--json`` prints (built by hand: ``dataclasses.asdict`` deep-copies, slowly)."""
-        failure = self.failure
-        return {
-            "test": failure.test,
-            "fingerprint": failure.fingerprint,
-            "signature": failure.signature,
-            "scheme": failure.scheme,
-            "failure_type": failure.failure_type,
-            "code_fixable": failure.code_fixable,
-            "transient": failure.transient,
-            "failure_class": failure.failure_class,
-            "rule": self.rule,
-            "message": failure.message,
-            "outcome": failure.outcome,
-            "file": self.file,
-        }
+        return {**dict(zip(ROW_KEYS, _row_values(self.failure))), "rule": self.rule, "file": self.file}
 
 
 def collect(
     files: list[str], warnings: list[str], errors: list[str], rules: Sequence[Rule] = ()
 ) -> list[FingerprintRow]:
     """Failures of every file, classified by ``rules`` before the built-in ones; bad files go
-    to ``errors``. The whole work of the command but config and printing (the benchmark times it)."""
+    to ``errors``. The command's work but config and printing (the benchmark times it)."""
     rows: list[FingerprintRow] = []
     for name in files:
         try:

@@ -1,7 +1,5 @@
-"""``selfheal show ID``: one incident — its fields, status, plan, attempts, run result, the
-proposed patch (redacted, bounded, test files first: what a person reviews before
-``selfheal apply``) and the failing tests' files edited since the capture, as a diff
-against the capture (what a ``tests_edited`` stop asks a person to review)."""
+"""``selfheal show ID``: one incident, with what a person reviews: the proposed patch (before
+``selfheal apply``) and the failing tests' files edited since the capture (a ``tests_edited`` stop)."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from pytest_selfheal.cli.common import incident_from_args, print_json, project_r
 from pytest_selfheal.cli.options import command, on_incident
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
+from pytest_selfheal.mcp_server.digest import attempt_lines, first_lines
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.repair.patches import FINAL_PATCH, proposed_patch, read_run_bytes
@@ -44,13 +43,12 @@ class ShownPatch:
     undone: bool = False  # applied by the loop, no longer in the working tree (stashed, reverted)
 
     def to_json(self) -> dict[str, object]:
-        """What ``show --json`` adds as ``proposed_patch``."""
         return {key: value for key, value in asdict(self).items() if key != "undone"}
 
 
 def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
-    """The incident's ``final.patch`` for review, or None when nothing is proposed. Patches are
-    kept unredacted so that they apply; what is shown is redacted like every other output."""
+    """The incident's ``final.patch`` for review, or None. Patches are kept unredacted so that
+    they apply; what is shown is redacted."""
     data = read_run_bytes(store, view.incident_id, FINAL_PATCH)
     if not data or not data.strip():
         return None
@@ -63,16 +61,10 @@ def shown_patch(store: Store, view: IncidentView) -> Optional[ShownPatch]:
 
 
 def _bounded(text: str) -> tuple[str, int, int]:
-    """``(text shown, its lines, lines shown)``: at most PATCH_LINES lines and PATCH_CHARS characters."""
+    """``(text shown, its lines, lines shown)``, within PATCH_LINES and PATCH_CHARS."""
     lines = text.splitlines()
-    shown: list[str] = []
-    size = 0
-    for line in lines[:PATCH_LINES]:
-        size += len(line) + 1
-        if size > PATCH_CHARS:
-            break
-        shown.append(line)
-    return "\n".join(shown), len(lines), len(shown)
+    shown = first_lines("\n".join(lines[:PATCH_LINES]), PATCH_CHARS)
+    return shown, len(lines), shown.count("\n") + 1 if shown else 0
 
 
 @dataclass(frozen=True)
@@ -89,8 +81,8 @@ class TestEdits:
 
 
 def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
-    """The test files (``test_digests``) that differ now from the capture, with a diff against
-    the captured content where git has it; None when none differs."""
+    """The test files (``test_digests``) that differ from the capture, diffed where git has
+    the captured content; None when none differs."""
     recorded = dict(view.incident.test_digests)
     root = Path(view.incident.rootdir) if view.incident.rootdir else project_root()
     if not root.is_dir():  # captured elsewhere (a CI run's records): nothing here to compare
@@ -121,8 +113,8 @@ def test_edits(store: Store, view: IncidentView) -> Optional[TestEdits]:
 
 
 def _captured(root: Path, commit: Optional[str], path: str, recorded: str) -> Optional[str]:
-    """The file as the capture saw it: "" when it did not exist, else its content at the
-    capture's commit when that is what was recorded; None when git cannot tell."""
+    """The file as captured: "" when absent, else its content at the capture's commit if that
+    is what was recorded; None when git cannot tell."""
     if recorded == MISSING:
         return ""
     if not commit:
@@ -135,8 +127,7 @@ def _captured(root: Path, commit: Optional[str], path: str, recorded: str) -> Op
 
 
 def _in_the_tree(store: Store, incident_id: str) -> bool:
-    """Whether the applied ``final.patch`` is still in the working tree (the record says what was
-    done, not what is there now); True when git cannot tell."""
+    """Whether the applied ``final.patch`` is still in the working tree; True when git cannot tell."""
     try:
         return proposed_patch(store, incident_id, project_root(), allow_binary=True,
                               allow_test_edits=True).already_applied
@@ -155,7 +146,7 @@ def _flat(value: Any) -> str:
 
 
 def _shown(text: str, shown: int, total: int, rest: str) -> list[tuple[str, object]]:
-    """A bounded diff's rows: its lines, then what was left out (``rest`` says where it is)."""
+    """A bounded diff's rows, then what was left out (``rest``: where it is)."""
     rows: list[tuple[str, object]] = [("", _Code(f"  {line}")) for line in text.splitlines()]
     if shown < total:
         rows.append(("", f"(first {shown} of {total} lines{rest})"))
@@ -163,7 +154,6 @@ def _shown(text: str, shown: int, total: int, rest: str) -> list[tuple[str, obje
 
 
 def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: Optional[TestEdits] = None) -> str:
-    """An :class:`IncidentView` (its proposed ``patch``, its test ``edits``) as readable ``label  value`` lines."""
     incident = view.incident
     rows: list[tuple[str, object]] = [
         ("incident", view.incident_id),
@@ -209,10 +199,7 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
         if len(plan.actions) > _SHOWN_GROUPS:
             rows.append(("", f"... and {len(plan.actions) - _SHOWN_GROUPS:,} more action(s) (plan.md, plan.json)"))
     rows.append(("attempts", len(view.attempts)))
-    for attempt in view.attempts:
-        verdict = "passed" if attempt.verification_passed else "failed"
-        stop = f", stop_reason {attempt.stop_reason}" if attempt.stop_reason else ""
-        rows.append(("", f"#{attempt.iteration}: {verdict}, {attempt.result}{stop}"))
+    rows += [("", line) for line in attempt_lines(view)]
     result = view.run_result
     if result is None:
         rows.append(("run result", "none"))
@@ -244,7 +231,6 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
 @command("show", "show one incident: fields, status, failures grouped by root cause, plan summary, attempts, run "
                  "result", *on_incident("print the incident as JSON"))
 def show_command(args: argparse.Namespace) -> int:
-    """Show the incident; bad id 2, corrupted files 3, unknown id 4."""
     store, incident_id = incident_from_args(args)
     view = incident_view(store, incident_id)
     patch = shown_patch(store, view)

@@ -121,9 +121,6 @@ def demo_command(args: argparse.Namespace) -> int:
     return 0
 
 
-AGENTS = [agent.value for agent in Agent]
-
-
 def _gate_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="gate_command", metavar="AGENT|install")
     sub.required = True
@@ -131,7 +128,7 @@ def _gate_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_parser(agent.value, help=f"the {agent.value} stop hook: reads its payload on stdin, "
                                          "answers on stdout, always exits 0")
     setup = sub.add_parser("install", help="write the hook into .claude/settings.json or .cursor/hooks.json")
-    setup.add_argument("agent", choices=AGENTS, help="the agent whose settings file gets the hook")
+    setup.add_argument("agent", choices=[agent.value for agent in Agent], help="the agent whose settings file gets the hook")
     setup.add_argument("--user", action="store_true",
                        help="the settings file in your home directory (every project), not the project's")
     setup.add_argument("--command", default="", metavar="CMD",

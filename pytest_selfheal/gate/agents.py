@@ -1,15 +1,10 @@
-"""What the coding agents hand a stop hook and what they take back (pure; docs/agents.md).
+"""What the coding agents hand a stop hook and take back, and their settings files (pure;
+docs/agents.md). Cursor shows the person nothing of a hook's answer but the follow-up it sends
+on, so the gate tells them on stderr.
 
-Claude Code (``Stop`` hooks of ``.claude/settings.json``) sends ``session_id``, ``cwd`` and
-``stop_hook_active``, and continues on ``{"decision": "block", "reason": …}``. Cursor
-(``stop`` hooks of ``.cursor/hooks.json``) sends ``conversation_id``, ``workspace_roots``,
-``status`` and ``loop_count``, and sends ``{"followup_message": …}`` as the next user
-message; nothing else of its answer reaches the person, so the gate tells them on stderr.
-
-Their settings files are someone else's JSON, read and written back without changing its
-meaning: numbers are held as their source text (``1e400`` stays ``1e400``), and what cannot
-be written back as read is refused with one line instead of changed: a key given twice (the
-last would silently win), ``NaN``, a lone surrogate escape, nesting deeper than :data:`MAX_DEPTH`.
+The settings files are someone else's JSON, written back with its meaning unchanged: numbers
+kept as their source text (``1e400`` stays ``1e400``); what cannot be written back as read is
+refused with one line: a key given twice, ``NaN``, a lone surrogate escape, deep nesting.
 """
 
 from __future__ import annotations
@@ -190,24 +185,14 @@ def hook_call(words: Sequence[str]) -> Optional[Agent]:
     return Agent.CURSOR if words[1:2] == [Agent.CURSOR.value] else Agent.CLAUDE
 
 
-def hook_argv(agent: Agent, program: Sequence[str]) -> list[str]:
-    return [*program, "stop-gate", agent.value]
-
-
-def _argv(command: Any) -> Optional[list[str]]:
-    if not isinstance(command, str):
-        return None
-    try:
-        return shlex.split(command)
-    except ValueError:  # an unclosed quote: not a command of ours
-        return None
-
-
 def is_gate_command(command: Any, agent: Agent) -> bool:
     """Whether the hook command line ``command`` runs exactly ``selfheal stop-gate <agent>`` (or
     ``python -m pytest_selfheal …``); one that merely mentions them is someone else's."""
-    argv = _argv(command)
-    if not argv or argv[-2:] != ["stop-gate", agent.value]:
+    try:
+        argv = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:  # an unclosed quote: not a command of ours
+        return False
+    if argv[-2:] != ["stop-gate", agent.value]:
         return False
     program = argv[:-2]
     if len(program) == 1:
@@ -215,15 +200,9 @@ def is_gate_command(command: Any, agent: Agent) -> bool:
     return len(program) == 3 and program[1:] == ["-m", "pytest_selfheal"]
 
 
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InputError(f"{where} is not a JSON object")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise InputError(f"{where} is not a JSON list")
+def _json(value: Any, where: str, kind: type = dict) -> Any:
+    if not isinstance(value, kind):
+        raise InputError(f"{where} is not a JSON {'object' if kind is dict else 'list'}")
     return value
 
 
@@ -237,7 +216,7 @@ def _put(entries: list[Any], where: str, agent: Agent, command: str) -> Change:
     """Point the gate's own entry of ``entries`` at ``command``; ``NONE`` when already so,
     ``ADDED`` (nothing appended yet) when there is no entry of ours."""
     for entry in entries:
-        found = _object(entry, where)
+        found = _json(entry, where)
         if found.get("command") == command:
             return Change.NONE
     for entry in entries:
@@ -262,11 +241,11 @@ def merged_settings(agent: Agent, existing: Optional[Any], command: str,
     """The parsed settings file ``existing`` with the gate's stop hook running ``command`` (its own
     hook repointed, never doubled; everything else kept), and what changed. InputError when
     the file's shape is not the agent's."""
-    settings = _object(copy.deepcopy(existing) if existing is not None else {}, "the settings file")
-    hooks = _object(settings.setdefault("hooks", {}), "hooks")
+    settings = _json(copy.deepcopy(existing) if existing is not None else {}, "the settings file")
+    hooks = _json(settings.setdefault("hooks", {}), "hooks")
     if agent is Agent.CLAUDE:
-        groups = _list(hooks.setdefault("Stop", []), "hooks.Stop")
-        inner = [_list(_object(group, "an entry of hooks.Stop").get("hooks", []), "hooks.Stop[].hooks")
+        groups = _json(hooks.setdefault("Stop", []), "hooks.Stop", list)
+        inner = [_json(_json(group, "an entry of hooks.Stop").get("hooks", []), "hooks.Stop[].hooks", list)
                  for group in groups]
         found = [entry for entries in inner for entry in entries]
         change = _put(found, "an entry of hooks.Stop[].hooks", agent, command)
@@ -283,7 +262,7 @@ def merged_settings(agent: Agent, existing: Optional[Any], command: str,
     version = settings.setdefault("version", 1)
     if not (version == 1 and type(version) is int) and not (isinstance(version, Number) and float(version) == 1):
         raise InputError(f"version {dumps(version)} is not the hooks.json version 1")
-    entries = _list(hooks.setdefault("stop", []), "hooks.stop")
+    entries = _json(hooks.setdefault("stop", []), "hooks.stop", list)
     change = _put(entries, "an entry of hooks.stop", agent, command)
     if change is Change.ADDED:
         entries.append({"command": command})

@@ -1,9 +1,7 @@
 """``selfheal stop-gate install claude|cursor``: merge the gate's stop hook into the agent's
-settings file (edge; docs/agents.md). The file is the user's: it is written only under the
-project root (or home with ``--user``) and never through a symbolic link (a committed
-``.claude`` link could reach the user's own settings); every byte of meaning is kept
-(gate/agents.py), or nothing is written. The hook runs this ``selfheal`` by its absolute
-path: the agent's ``PATH`` need not hold the project's environment.
+settings file (edge; docs/agents.md). Never written through a symbolic link: a committed
+``.claude`` link could reach the user's own settings. The hook runs this ``selfheal`` by its
+absolute path: the agent's ``PATH`` need not hold the project's environment.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_selfheal.errors import InputError, RefusedError, SelfhealError, one_line
-from pytest_selfheal.gate.agents import Agent, Change, dumps, hook_argv, loads, merged_settings
+from pytest_selfheal.gate.agents import Agent, Change, dumps, loads, merged_settings
 from pytest_selfheal.store import fsio
 
 HOOK_MARGIN_SECONDS = 30  # the agent's hook timeout over gate.timeout_seconds: the gate answers first
@@ -34,8 +32,7 @@ class Installed:
 
 
 def selfheal_program() -> list[str]:
-    """The ``selfheal`` running now as an absolute argv (this console script, this environment's,
-    else ``python -m pytest_selfheal``)."""
+    """The ``selfheal`` running now as an absolute argv (else ``python -m pytest_selfheal``)."""
     started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     candidates = [started] if started is not None and started.name in _SCRIPT_NAMES else []
     scripts = sysconfig.get_path("scripts")
@@ -48,8 +45,7 @@ def selfheal_program() -> list[str]:
 
 
 def _check_no_link(base: Path, path: Path) -> bool:
-    """Whether ``path`` exists as a regular file; RefusedError when an entry from ``base`` down to it
-    is a symbolic link."""
+    """Whether ``path`` exists as a regular file; RefusedError for a symbolic link from ``base`` down."""
     current = base
     for part in path.relative_to(base).parts:
         current = current / part
@@ -72,19 +68,15 @@ def _check_no_link(base: Path, path: Path) -> bool:
 def install(agent: Agent, base: Path, timeout_seconds: float, command: str = "") -> Installed:
     """Add the stop hook running ``command`` (default: this ``selfheal``) to ``agent``'s settings file under ``base``."""
     path = base / SETTINGS_FILES[agent]
-    existing = None
+    text = ""
     if _check_no_link(base, path):
         try:
             text = fsio.read_text(path)
         except SelfhealError as exc:
             raise InputError(f"{path}: {exc}") from None
-        if text.strip():
-            try:
-                existing = loads(text.lstrip("\ufeff"))
-            except InputError as exc:
-                raise InputError(f"{path}: {exc}; left unchanged") from None
-    command = command or shlex.join(hook_argv(agent, selfheal_program()))
+    command = command or shlex.join([*selfheal_program(), "stop-gate", agent.value])
     try:
+        existing = loads(text.lstrip("\ufeff")) if text.strip() else None
         merged, change = merged_settings(agent, existing, command, int(timeout_seconds) + HOOK_MARGIN_SECONDS)
     except InputError as exc:
         raise InputError(f"{path}: {exc}; left unchanged") from None

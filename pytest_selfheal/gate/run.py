@@ -1,13 +1,7 @@
 """The stop gate's decision (edge; docs/agents.md): run the tests as the MCP ``run_tests`` tool
-does and answer the agent from the verdict.
-
-CONTINUE blocks (Claude Code) or sends a follow-up (Cursor), unless the gate has already
-blocked ``max_iterations`` times in a row. Any STOP or a green run lets the agent stop and
-says why, except the first answer of a chain on red tests with budget left after a stop by
-repetition: whatever the agent ran before, it gets one chance to change the code. A gate
-fails open: whatever it cannot judge lets the agent stop with one line saying why.
-Claude Code does not say how often a stop hook blocked, so the gate counts per session in
-``<reports root>/gate/``; Cursor counts for us (``loop_count``).
+does and answer the agent from the verdict. A gate fails open: what it cannot judge lets the
+agent stop, with one line saying why. Claude Code does not say how often a stop hook blocked,
+so the gate counts per session in ``<reports root>/gate/``; Cursor counts (``loop_count``).
 """
 
 from __future__ import annotations
@@ -43,7 +37,6 @@ def _state_path(store: Store, payload: HookPayload) -> Path:
 
 
 def blocks_so_far(store: Store, payload: HookPayload) -> int:
-    """How many times in a row the gate has blocked this agent's session."""
     if payload.agent is Agent.CURSOR:
         return payload.loop_count or 0
     if not payload.continued:
@@ -81,8 +74,8 @@ CONTINUE_NEXT = ("fix the code at the target paths of the root-cause groups, nev
 
 
 def _judging_incident(store: Store) -> tuple[bool, Optional[Incident]]:
-    """``(an incident is open, the incident whose capture judges this stop)``: the open one,
-    else the newest that stopped without success (its stop sticks until a reopen)."""
+    """``(an incident is open, the incident whose capture judges this stop)``: the open one, else
+    the newest that stopped without success."""
     found = open_incidents(store)
     if found:
         return True, found[0].captured
@@ -99,7 +92,6 @@ SEND_BACK_ONCE = (StopReason.REPEATED_FINGERPRINT, StopReason.NO_PROGRESS, StopR
 
 
 def send_back_once(verdict: RunVerdict, payload: HookPayload) -> bool:
-    """The gate's first answer of a chain, on red tests with budget left after a stop by repetition."""
     if payload.continued or verdict.decision is not RunDecision.STOP or verdict.iteration is None:
         return False
     red = any(kind in ("failed", "error", "errors") and number for kind, number in verdict.counts)
@@ -119,8 +111,9 @@ def _sent_back(verdict: RunVerdict) -> RunVerdict:
 
 
 def decide(project: Project, payload: HookPayload) -> GateAnswer:
-    """Run the tests and answer from the verdict; the gate's keys and budget are those in force
-    when the judging incident was captured (a later edit is named, not obeyed)."""
+    """Run the tests and answer from the verdict: CONTINUE blocks until the gate has blocked
+    ``max_iterations`` times in a row. Its keys and budget are those of the judging incident's
+    capture (a later edit is named, not obeyed)."""
     effective = project.effective()
     store = project.store(effective)
     is_open, judging = _judging_incident(store)
@@ -132,7 +125,7 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     gate = settings.gate
     args: Optional[list[str]] = None if is_open else list(gate.pytest_args)
     verdict = project.run_verdict(effective, store, (), args, trusted=args or (),
-                                  timeout=(float(gate.timeout_seconds), "gate.timeout_seconds"))
+                                  timeout=(gate.timeout_seconds, "gate.timeout_seconds"))
     redactor = effective.redactor
     if edited_keys and NOT_APPLIED not in verdict.summary:  # an iteration's summary names them already
         verdict = replace(verdict, summary=f"{verdict.summary} ({edited_keys.removeprefix('selfheal: ')})")
@@ -150,13 +143,13 @@ def decide(project: Project, payload: HookPayload) -> GateAnswer:
     _remember(store, payload, blocks + 1)
     more = (f"`selfheal show {verdict.incident_id}` prints the whole digest" if verdict.incident_id
             else "`selfheal status` lists them")
-    return GateAnswer(True, project.verdict_result(store, replace(verdict, next=CONTINUE_NEXT), int(gate.max_chars),
+    return GateAnswer(True, project.verdict_result(store, replace(verdict, next=CONTINUE_NEXT), gate.max_chars,
                                                    redactor=redactor, structured=False, more=more).text)
 
 
 def stop_gate(agent: Agent, raw: bytes, *, env: Mapping[str, str] = os.environ,
               cwd: Optional[Path] = None) -> tuple[GateAnswer, list[str]]:
-    """The answer to one stop hook call and the lines for stderr; whatever goes wrong lets the agent stop."""
+    """The answer to one stop hook call and the lines for stderr."""
     try:
         payload = parse_payload(agent, raw)
         if payload.status not in (None, "completed"):

@@ -1,11 +1,6 @@
-"""What the MCP tools say, as bounded text (pure).
-
-Every tool result fits in ``mcp.max_chars`` characters (docs/mcp.md "Bounded results"): the
-text is built from blocks (one per root-cause group, then the plan, the attempts…) kept in
-order while they fit; what does not fit is left out whole and a last line says what was
-left out and which tool gives more. No raw log is ever included: a failure is its first
-line (the message the fingerprint was built from), cut to :data:`MESSAGE_CHARS`.
-"""
+"""What the MCP tools say, as bounded text (pure; docs/mcp.md "Bounded results"): blocks kept
+in order while they fit in ``mcp.max_chars``, then a line saying what was left out and where
+to get it. No raw log: a failure is its first line, cut to :data:`MESSAGE_CHARS`."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
-from pytest_selfheal.errors import printable
+from pytest_selfheal.errors import UsageError, printable
 from pytest_selfheal.plan.build import readable_command
 from pytest_selfheal.records.incident import Failure
 from pytest_selfheal.records.incident_view import IncidentView
@@ -40,12 +35,8 @@ def one_line(value: Any, limit: int = MESSAGE_CHARS) -> str:
 
 def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0,
         separator: str = "\n\n") -> str:
-    """The blocks joined by ``separator`` (a blank line), as many as fit in ``max_chars - reserved`` characters.
-
-    Blocks are kept in order; the first that does not fit ends the text, and a last line says
-    how many of the ``what`` were left out and points at ``more`` (the tool that gives the
-    rest). A single block longer than the whole budget is cut at a line boundary.
-    """
+    """The blocks, in order, that fit in ``max_chars - reserved`` characters; then a line saying
+    how many ``what`` were left out, pointing at ``more``. A first block over budget is cut at a line."""
     budget = max(max_chars - reserved, 0)
     whole = separator.join(blocks)
     if len(whole) <= budget:
@@ -67,7 +58,7 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
         if not kept:
             # Not even the first block fits: keep its first lines (not even its first line: that line, cut).
             room = budget - len(note) - len(separator)
-            first = _first_lines(block, room) or one_line(block.split("\n", 1)[0], max(room, 0))
+            first = first_lines(block, room) or one_line(block.split("\n", 1)[0], max(room, 0))
             if first.split("\n", 1)[0]:
                 kept.append(first)
         kept.append(note)
@@ -78,12 +69,9 @@ def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved
 
 def fit_by_value(blocks: Sequence[str], max_chars: int, *, value: Callable[[str], int], essential: int, more: str,
                  separator: str = "\n\n") -> str:
-    """The blocks in their order within ``max_chars``, shortened in order of ``value`` (0 is
-    the most valuable; the least valuable, later first, goes first): a block keeps its first
-    lines that fit, with a last ``…`` line, or is left out; a block valued below
-    ``essential`` is never left out (its first line stays), only shortened once nothing less
-    valuable is left to cut. A last line says how many were shortened or left out and points
-    at ``more``."""
+    """The blocks in their order within ``max_chars``, the least valuable (highest ``value``, later
+    first) shortened to their first lines or left out first; one valued below ``essential``
+    keeps at least its first line. A last line counts the cuts and points at ``more``."""
     blocks = [block.strip("\n") for block in blocks]
     whole = separator.join(blocks)
     if len(whole) <= max_chars:
@@ -99,7 +87,7 @@ def fit_by_value(blocks: Sequence[str], max_chars: int, *, value: Callable[[str]
         if over <= 0:
             break
         block = blocks[index]
-        short = _first_lines(block, len(block) - over - 2)
+        short = first_lines(block, len(block) - over - 2)
         needed = value(block) < essential
         if "\n" in short or (short and needed):
             kept[index] = short + "\n…"
@@ -110,7 +98,7 @@ def fit_by_value(blocks: Sequence[str], max_chars: int, *, value: Callable[[str]
     return text[:max_chars]
 
 
-def _first_lines(block: str, size: int) -> str:
+def first_lines(block: str, size: int) -> str:
     """The whole first lines of ``block`` within ``size`` characters ("" when not even one)."""
     lines: list[str] = []
     used = 0
@@ -120,9 +108,6 @@ def _first_lines(block: str, size: int) -> str:
         lines.append(line)
         used += len(line) + 1
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- one incident
 
 
 def _failures_by_id(failures: Sequence[Failure]) -> dict[str, Failure]:
@@ -138,8 +123,7 @@ def _triage_counts(entries: Sequence[Failure]) -> str:
 
 
 def code_line(text: str, limit: int) -> str:
-    """One numbered line of code as shown: its indentation kept (one_line would collapse it),
-    characters a terminal acts on escaped, cut at ``limit``."""
+    """A line of code with its indentation kept (one_line would collapse it), escaped, cut at ``limit``."""
     shown = printable(text.rstrip())
     return shown if len(shown) <= limit else shown[: max(limit - 1, 0)] + "…"
 
@@ -205,7 +189,6 @@ def incident_head(view: IncidentView) -> str:
 
 
 def plan_block(view: IncidentView) -> str:
-    """The plan's summary, actions and verification commands (each command cut)."""
     plan = view.plan
     if plan is None:
         return "## Plan\nnone yet"
@@ -218,13 +201,13 @@ def plan_block(view: IncidentView) -> str:
     return "\n".join(lines)
 
 
+def attempt_lines(view: IncidentView) -> list[str]:
+    return [f"#{attempt.iteration}: {'passed' if attempt.verification_passed else 'failed'}, {attempt.result}"
+            + (f", stop_reason {attempt.stop_reason}" if attempt.stop_reason else "") for attempt in view.attempts]
+
+
 def attempts_block(view: IncidentView) -> str:
-    """Each recorded attempt in one line, then the run result."""
-    lines = [f"## Attempts: {len(view.attempts)}"]
-    for attempt in view.attempts:
-        verdict = "passed" if attempt.verification_passed else "failed"
-        stop = f", stop_reason {attempt.stop_reason}" if attempt.stop_reason else ""
-        lines.append(f"#{attempt.iteration}: {verdict}, {attempt.result}{stop}")
+    lines = [f"## Attempts: {len(view.attempts)}", *attempt_lines(view)]
     result = view.run_result
     if result is not None:
         stop = f", stop_reason {result.stop_reason}" if result.stop_reason else ""
@@ -238,46 +221,36 @@ def ranked_causes(view: IncidentView) -> list[PlanAction]:
     return sorted(view.root_causes, key=lambda cause: -len(cause.nodeids))
 
 
-def incident_blocks(view: IncidentView, group: Optional[int] = None) -> list[str]:
-    """The digest of one incident view (``report.incident_view``) as blocks, most useful first:
-    the head, one block per root-cause group (largest first), the plan, the attempts. ``group``
-    (1-based): the head and that one group in full; ``IndexError`` when there is no such group."""
+def incident_blocks(view: IncidentView) -> list[str]:
+    """The digest of one incident as blocks, most useful first: the head, one block per
+    root-cause group (largest first), the plan, the attempts."""
     failures = _failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
-    if group is not None:
-        if not 1 <= group <= len(causes):
-            raise IndexError(group)
-        return [incident_head(view), group_block(group, len(causes), causes[group - 1], failures, full=True)]
     blocks = [incident_head(view)]
     blocks += [group_block(i, len(causes), cause, failures) for i, cause in enumerate(causes, 1)]
     return blocks + [plan_block(view), attempts_block(view)]
 
 
 def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> str:
-    """One page of root-cause group ``group`` (1-based, ranked): its head line, at offset 0 its
-    summary (target paths, fingerprints, distinct first lines; at most half the page), then its
-    failing tests from ``offset``, one line each with its first line, as many as fit in
-    ``max_chars``; the last line names the offset of the next page. Every test is on some page,
-    whatever the bound: a page holds at least one (its line cut to fit). ``IndexError`` when
-    there is no such group, ``ValueError`` when the offset is past its tests."""
+    """One page of root-cause group ``group`` (1-based): its head line, at offset 0 its summary
+    (at most half the page), then its tests from ``offset`` with their first lines, at least one
+    (cut to fit), and the next page's offset; a UsageError for no such group or test."""
+    if offset < 0:
+        raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
     failures = _failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     if not 1 <= group <= len(causes):
-        raise IndexError(group)
+        raise UsageError(f"group {group}: incident {view.incident_id} has {len(causes)} root-cause group(s), "
+                         "numbered from 1")
     cause = causes[group - 1]
     nodeids = list(cause.nodeids)
-    if offset < 0 or (offset and offset >= len(nodeids)):
-        raise ValueError(offset)
+    if offset and offset >= len(nodeids):
+        raise UsageError(f"offset {offset}: root-cause group {group} of incident {view.incident_id} has fewer tests")
     block = group_block(group, len(causes), cause, failures, full=True).split("\n")
-    lines = [one_line(block[0], max(max_chars // 3, 1))]  # the head, short enough to leave room for tests
-    if offset == 0:  # the summary once, on the first page, within half of it
-        used = len(lines[0])
-        for line in block[1:]:
-            if used + len(line) + 1 > max_chars // 2:
-                break
-            lines.append(line)
-            used += len(line) + 1
-    text = "\n".join(lines)
+    head = one_line(block[0], max(max_chars // 3, 1))  # short enough to leave room for tests
+    # The summary once, on the first page, within half of it.
+    summary = first_lines("\n".join(block[1:]), max_chars // 2 - len(head)) if offset == 0 else ""
+    text = f"{head}\n{summary}" if summary else head
 
     def note(end: int) -> str:
         return f"\n[page: tests {offset + 1}-{end} of {len(nodeids)}; next: show group={group} offset={end}]"
@@ -298,9 +271,6 @@ def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> s
     if end < len(nodeids):
         text += note(end)
     return text[:max_chars]
-
-
-# --------------------------------------------------------------------------- run_tests
 
 
 def verdict_lines(verdict: RunVerdict) -> list[str]:
@@ -333,11 +303,10 @@ ESSENTIAL = ("decision", "stop_reason", "status", "incident_id", "captured", "it
 
 def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] = (), *, text_chars: int = 0,
                     more: str = "") -> dict[str, Any]:
-    """The verdict's structured part: the verdict whole when it fits in half of ``max_chars``,
-    else only its :data:`ESSENTIAL` keys that are set, else the decision and the incident
-    alone; then, under :data:`DIGEST`, as many of the root-cause ``groups`` as fit with
-    ``text_chars`` (the text's own lines) in ``max_chars``, a last entry naming ``more`` when
-    some are left out. Some clients (Claude Code) give the model only this part."""
+    """The verdict's structured part (some clients give the model only it): the verdict whole
+    within half of ``max_chars``, else its set :data:`ESSENTIAL` keys, else the decision and
+    incident; then under :data:`DIGEST` the ``groups`` that fit beside ``text_chars``, a last
+    entry naming ``more`` when some are left out."""
     data = verdict.to_json()
     if structured_size(data) > max_chars // 2:
         essential = {k: data[k] for k in ESSENTIAL if data.get(k) is not None}
@@ -353,9 +322,3 @@ def bounded_verdict(verdict: RunVerdict, max_chars: int, groups: Sequence[str] =
             break
         kept.append(group)
     return {**data, DIGEST: kept} if kept else data
-
-
-def result_size(text: str, data: Optional[dict[str, Any]]) -> int:
-    """The size of a tool result the bound applies to: its text plus its structured JSON."""
-    return len(text) + structured_size(data)
-

@@ -1,11 +1,9 @@
-"""``selfheal mcp``: the tools of :mod:`pytest_selfheal.mcp_server.tools` served over stdio with
-the official ``mcp`` SDK (the optional extra ``pytest-selfheal[mcp]``; docs/mcp.md).
+"""``selfheal mcp``: the operations of mcp_server/tools.py served over stdio with the ``mcp``
+SDK (the extra ``pytest-selfheal[mcp]``; docs/mcp.md).
 
-This module is the only one that imports the SDK, and only inside its functions (asyncio
-too): every ``selfheal`` command imports it (the mcp command's), and the SDK costs more than
-the rest of a start. The operations (:class:`~pytest_selfheal.mcp_server.tools.Project`: pytest runs, the
-store, the loop) load at the first call that needs them, so that ``initialize`` and the tool
-list are answered with the SDK and this module alone.
+The only module that imports the SDK, inside its functions: every ``selfheal`` command imports
+this module, and the SDK costs more than the rest of a start. The operations load at the first
+call that needs them, so ``initialize`` and the tool list are answered without them.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tools' annotations at
@@ -28,9 +26,9 @@ if TYPE_CHECKING:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.types import CallToolResult
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel
 
-    from pytest_selfheal.mcp_server.tools import Project
+    from pytest_selfheal.mcp_server.tools import Project, ToolResult
     from pytest_selfheal.repair.patches import ProposedPatch
 
 INSTRUCTIONS = """\
@@ -63,9 +61,7 @@ def _json_type(annotation: Any) -> Any:
 
 
 def verdict_model() -> "type[BaseModel]":
-    """The structured part of ``run_tests`` (its output schema; docs/mcp.md "The verdict"),
-    built from :class:`RunVerdict`'s fields: only the decision is required, since under a small
-    ``mcp.max_chars`` only the first keys are sent (the text has the rest)."""
+    """``run_tests``'s output schema, from :class:`RunVerdict`'s fields."""
     from pydantic import ConfigDict, Field, create_model
 
     hints = typing.get_type_hints(RunVerdict)
@@ -80,26 +76,22 @@ def verdict_model() -> "type[BaseModel]":
         else:
             fields[spec.name] = (Optional[kind], Field(None, description=doc))
     fields[DIGEST] = (Optional[list[str]], Field(None, description=DIGEST_DOC))
+    # Only the decision is required: under a small mcp.max_chars only the first keys are sent.
     # Keys added later stay valid for a client that checks an older schema.
     return create_model("Verdict", __config__=ConfigDict(extra="allow"), __doc__=(
         'The structured part of ``run_tests`` (docs/mcp.md "The verdict"). Under a small\n'
         "``mcp.max_chars`` only the first keys are sent (the text has the rest)."), **fields)
 
 
+@dataclasses.dataclass(frozen=True)
 class _AlreadyApplied:
     """Resolver outcome: nothing to ask, the patch is in the tree already."""
 
-    def __init__(self, proposed: "ProposedPatch") -> None:
-        self.proposed = proposed
+    proposed: "ProposedPatch"
 
 
 class _CannotAsk:
     """Resolver outcome: the client declared no elicitation, so nobody can approve."""
-
-
-def _validation_line(exc: "ValidationError") -> str:
-    parts = [f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()]
-    return "bad arguments: " + "; ".join(parts)
 
 
 def _result(text: str, data: Optional[dict[str, Any]] = None) -> "CallToolResult":
@@ -119,8 +111,8 @@ def _guarded(call: Callable[[], _T]) -> _T:
 
 
 async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
-    """Started outside a project: serve the first root the client names that is one (MCP
-    roots, asked once per call until one is found; a client without them keeps the refusal)."""
+    """Started outside a project: serve the first MCP root the client names that is one (asked
+    at each call until one is found)."""
     if project.confirmed:
         return
     capabilities = ctx.client_capabilities
@@ -139,8 +131,7 @@ async def _adopt_roots(project: "Project", ctx: "Context[Any, Any]") -> None:
 
 
 def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
-    """The project's operations, made by ``make`` at the first call of the function returned
-    (once, whichever thread asks first): the modules they need load then."""
+    """A function returning ``make()``, made once at its first call (from whichever thread)."""
     made: list[Project] = []
     making = threading.Lock()
 
@@ -154,8 +145,7 @@ def operations(make: "Callable[[], Project]") -> "Callable[[], Project]":
 
 
 def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
-    """The MCP server of the project ``project()`` serves: six tools and two resource
-    templates (``operations`` makes ``project``: nothing of it loads before a call)."""
+    """Six tools and two resource templates over ``project()``, called only when a request needs it."""
     import asyncio  # with the SDK, which needs it anyway: every other command imports this module
 
     from mcp.server import MCPServer
@@ -173,9 +163,7 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
         approve: bool = Field(description="true: apply the proposed patch to your working tree")
 
     class SelfhealMCPServer(MCPServer[Any]):
-        """MCPServer whose tool errors are one redacted line (the SDK's multi-line argument
-        validation errors and its ``Error executing tool`` prefix are folded into ``<tool>:
-        <message>``) and whose resource list names the project's incidents."""
+        """Tool errors as one redacted line ``<tool>: <message>``; the incidents as resources."""
 
         async def list_resources(self) -> list[MCPResource]:
             try:
@@ -206,7 +194,8 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
             except ToolError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, ValidationError):
-                    message = _validation_line(cause)
+                    message = "bad arguments: " + "; ".join(
+                        f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in cause.errors())
                 else:
                     message = str(exc).removeprefix(f"Error executing tool {name}: ")
                 raise ToolError(project().error_line(f"{name}: {message}")) from None
@@ -227,6 +216,20 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     runs = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
+    async def in_turn(ctx: Context[Any, Any], operation: "Callable[[Project], ToolResult]") -> CallToolResult:
+        """An operation that runs tests, one at a time, in a worker thread."""
+        await _adopt_roots(project(), ctx)
+
+        def call() -> CallToolResult:
+            with changing:
+                done = _guarded(lambda: operation(project()))
+                return _result(done.text, done.data)
+
+        # An executor future is abandoned on cancel (the SDK's own worker threads are waited
+        # for): the call returns at once, and run_tests' cancel event stops pytest's process
+        # group within a fraction of a second (the thread then gives the lock back).
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
     @app.tool(annotations=runs)
     async def run_tests(ctx: Context[Any, Any], selection: Optional[list[str]] = None,
                         pytest_args: Optional[list[str]] = None) -> Annotated[CallToolResult, Verdict]:
@@ -236,19 +239,9 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
         is its next iteration (with the options it was captured with). Returns the verdict:
         CONTINUE or STOP with the stop reason, iteration k of N, fingerprint same/changed,
         progress, counts, and a digest of the failures grouped by root cause (largest first)."""
-        await _adopt_roots(project(), ctx)
         cancel = threading.Event()
-
-        def call() -> CallToolResult:
-            with changing:
-                done = _guarded(lambda: project().run_tests(selection or [], pytest_args, cancel))
-                return _result(done.text, done.data)
-
         try:
-            # An executor future is abandoned on cancel (the SDK's own worker threads are waited
-            # for): the call returns at once, and the event below stops pytest's process group
-            # within a fraction of a second (the thread then gives the lock back).
-            return await asyncio.get_running_loop().run_in_executor(None, call)
+            return await in_turn(ctx, lambda served: served.run_tests(selection or [], pytest_args, cancel))
         finally:
             cancel.set()  # cancelled, or the client went away; after a finished run it changes nothing
 
@@ -270,13 +263,7 @@ def build_server(project: "Callable[[], Project]") -> "MCPServer[Any]":
     async def loop(ctx: Context[Any, Any], incident_id: str) -> CallToolResult:
         """Run the verify-only RALF-Lite loop of one incident to its stop (re-runs its failing
         tests; flaky ones that pass resolve it) and return the result."""
-        await _adopt_roots(project(), ctx)
-
-        def call() -> CallToolResult:
-            with changing:
-                return _result(_guarded(lambda: project().loop(incident_id)).text)
-
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+        return await in_turn(ctx, lambda served: served.loop(incident_id))
 
     @app.tool(annotations=reads)
     def report(incident_id: Optional[str] = None) -> CallToolResult:

@@ -1,14 +1,6 @@
 """The operations ``selfheal mcp`` serves, without the SDK (edge): each a thin call into the
-home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md).
-
-``run_tests`` runs ``pytest --selfheal`` as a child (:mod:`pytest_selfheal.run`, through
-the process runner) and reads what the plugin recorded; ``show`` digests
-:func:`~pytest_selfheal.report.incident_view.incident_view`; ``loop`` calls
-:func:`~pytest_selfheal.run.run_incident_loop` (verify-only); ``report`` renders
-:func:`~pytest_selfheal.report.load.build_from_store` with the hook sections; ``apply`` is
-:mod:`pytest_selfheal.repair.patches`, approved by the server through the client.
-Every user-facing failure is a :class:`~pytest_selfheal.errors.SelfhealError` with one line.
-"""
+home the CLI uses, its answer cut to ``mcp.max_chars`` (docs/mcp.md); every failure a
+one-line :class:`~pytest_selfheal.errors.SelfhealError`."""
 
 from __future__ import annotations
 
@@ -20,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from pytest_selfheal import hooks, process
 from pytest_selfheal.config.files import find_project_root, is_project, load_config
@@ -54,23 +46,19 @@ from pytest_selfheal.mcp_server.digest import (
 )
 from pytest_selfheal.names import archive_dir
 from pytest_selfheal.process import fresh_bytecode
+from pytest_selfheal.records.attempt import Attempt
+from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.mcp import ClosedRun, RunDecision, RunVerdict
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.vocab import FinalStatus, first_few
 from pytest_selfheal.redact import Redactor, default_redactor
-from pytest_selfheal.repair.patches import apply_proposed, proposed_patch
+from pytest_selfheal.repair.patches import ProposedPatch, apply_proposed, proposed_patch
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
-from pytest_selfheal.run import describe_pytest_exit, pytest_argv, run_incident_loop, snapshot
-from pytest_selfheal.store import fsio
+from pytest_selfheal.run import Snapshot, describe_pytest_exit, pytest_argv, run_incident_loop, snapshot
 from pytest_selfheal.store.judging import RECORDS_GONE
-from pytest_selfheal.store.root import Store
-
-if TYPE_CHECKING:
-    from pytest_selfheal.records.incident_view import IncidentView
-    from pytest_selfheal.repair.patches import ProposedPatch
-    from pytest_selfheal.run import Snapshot
+from pytest_selfheal.store.root import Store, project_store
 
 UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified
 NOT_LOADED = "is `-p no:selfheal` in addopts or PYTEST_ADDOPTS?"
@@ -127,8 +115,8 @@ def _counts(lines: Sequence[str]) -> dict[str, int]:
 
 
 class Project:
-    """One project served over MCP: its root, its config (read at every call: the user may
-    change it while the server runs), its reports root."""
+    """One project served over MCP; its config is read at every call (the user may change it
+    while the server runs)."""
 
     def __init__(self, directory: Path, overrides: Sequence[str] = (), *, confirmed: bool = True) -> None:
         self.directory = directory.resolve()
@@ -140,7 +128,7 @@ class Project:
         self.confirmed = confirmed
 
     def adopt(self, directory: Path) -> bool:
-        """Serve ``directory`` (a root the client named) when it is a project; whether it is."""
+        """Serve ``directory``, a root the client named, if it is a project; whether it is."""
         directory = directory.resolve()
         if not directory.is_dir() or not is_project(directory):
             return False
@@ -156,46 +144,39 @@ class Project:
                 "in the project or with --root DIR")
 
     def effective(self) -> EffectiveConfig:
-        """The effective config now (a bad config file: one-line ConfigError)."""
         return load_config(self.root, overrides=self.overrides)
 
     def store(self, effective: Optional[EffectiveConfig] = None) -> Store:
-        """The reports root of the project, redacting with its settings."""
         effective = effective or self.effective()
-        return Store(fsio.project_path(self.root, effective.settings.reports_dir, "reports_dir"), redactor=effective.redactor)
+        return project_store(self.root, effective.settings.reports_dir, effective.redactor)
 
     def error_line(self, text: str) -> str:
         """A tool error as the client gets it: one line, redacted, at most ``mcp.max_chars``
-        (the defaults when the config itself is what cannot be read)."""
+        (the defaults when the config cannot be read)."""
         try:
             effective = self.effective()
-            redactor, limit = effective.redactor, int(effective.settings.mcp.max_chars)
+            redactor, limit = effective.redactor, effective.settings.mcp.max_chars
         except SelfhealError:
-            redactor, limit = default_redactor(), int(McpSettings().max_chars)
+            redactor, limit = default_redactor(), McpSettings().max_chars
         return one_line(redactor.redact(text), limit)
 
     def incident_ids(self, limit: int = 50) -> list[str]:
         """The newest ``limit`` incident ids, newest first (the server lists them as resources)."""
         return [row.incident_id for row in reversed(self.store().list_incidents())][:limit]
 
-    def _limit(self, effective: EffectiveConfig) -> int:
-        return int(effective.settings.mcp.max_chars)
-
-    # ------------------------------------------------------------------ read-only tools
-
     def status(self) -> ToolResult:
-        """Every incident, newest first, one line each."""
         effective = self.effective()
-        rows = list(reversed(self.store(effective).list_incidents()))
+        store = self.store(effective)
+        rows = list(reversed(store.list_incidents()))
         if not rows:
-            return ToolResult(f"no incidents in {self.store(effective).root}; call run_tests to run the suite")
+            return ToolResult(f"no incidents in {store.root}; call run_tests to run the suite")
         lines = [
             f"{row.incident_id}  {row.status}  {row.bucket}  attempts {row.attempts}  "
             + one_line(row.error if row.corrupted else row.error_signature, 160)
             for row in rows
         ]
         head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
-        return ToolResult(fit([head, *lines], self._limit(effective), what="incident line(s)",
+        return ToolResult(fit([head, *lines], effective.settings.mcp.max_chars, what="incident line(s)",
                               more="`selfheal status` lists them all", separator="\n"))
 
     def show(self, incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> ToolResult:
@@ -205,7 +186,7 @@ class Project:
         store = self.store(effective)
         resolved = store.resolve_id(incident_id)
         view = current_view(store, resolved)
-        limit = self._limit(effective)
+        limit = effective.settings.mcp.max_chars
         if group is None:
             if offset is not None:
                 raise UsageError("offset pages through one root-cause group: give group too")
@@ -213,36 +194,22 @@ class Project:
                     "prints everything")
             return ToolResult(fit(incident_blocks(view), limit, what="block(s) (root-cause groups, plan, attempts)",
                                   more=more))
-        if offset is not None and offset < 0:
-            raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
         head = f"# Incident {resolved}\n"
-        try:
-            return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
-        except IndexError:
-            raise UsageError(f"group {group}: incident {resolved} has {len(view.root_causes)} "
-                             "root-cause group(s), numbered from 1") from None
-        except ValueError:
-            raise UsageError(f"offset {offset}: root-cause group {group} of incident {resolved} has fewer tests"
-                             ) from None
+        return ToolResult(head + group_page(view, group, offset or 0, max(limit - len(head), 0)))
 
     def report(self, incident_id: Optional[str] = None) -> ToolResult:
-        """The RALF Lite Loop Report of one incident (default: the latest)."""
         effective = self.effective()
         store = self.store(effective)
         ids = select_ids(store, incident_id, every=False)
         if not ids:
             raise NotFoundError(f"no incidents in {store.root}")
         report = build_from_store(store, ids, self.root)
-        markdown = effective.redactor.redact(
-            report_markdown(report, hooks.cli_plugin_manager(), headline=True))
+        markdown = effective.redactor.redact(report_markdown(report, hooks.cli_plugin_manager(), headline=True))
         blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
-        return ToolResult(fit_by_value(blocks, self._limit(effective), value=report_section_value, essential=ESSENTIAL_VALUE,
+        return ToolResult(fit_by_value(blocks, effective.settings.mcp.max_chars, value=report_section_value, essential=ESSENTIAL_VALUE,
                                        more=f"`selfheal report {ids[0]}` prints the whole report"))
 
-    # ------------------------------------------------------------------ the loop
-
     def loop(self, incident_id: str) -> ToolResult:
-        """The verify-only loop of one incident, to its stop."""
         self.require_project()
         effective = self.effective()
         store = self.store(effective)
@@ -257,10 +224,8 @@ class Project:
         head = f"STOP {reason}: incident {resolved} {status} after {result.loops_used} loop(s)"
         body = "\n".join(one_line(line, 400) for line in progress[-40:])
         blocks = [head, body] if body else [head]
-        return ToolResult(fit(blocks, self._limit(effective), what="block(s) of loop output",
+        return ToolResult(fit(blocks, effective.settings.mcp.max_chars, what="block(s) of loop output",
                               more=f"call show with incident_id {resolved}"))
-
-    # ------------------------------------------------------------------ run_tests
 
     def _check_words(self, effective: EffectiveConfig, selection: Sequence[str], pytest_args: Sequence[str],
                      replayed: Sequence[str] = ()) -> None:
@@ -280,26 +245,20 @@ class Project:
     def run_tests(self, selection: Sequence[str] = (), pytest_args: Optional[Sequence[str]] = None,
                   cancel: Optional[threading.Event] = None) -> ToolResult:
         """``pytest --selfheal`` in a child process and the verdict of what it recorded.
-
-        ``pytest_args`` None: the options the open incident's capture recorded (trusted like
-        every verification run's), so that the run counts as its next iteration; none when
-        no incident is open.
-        """
+        ``pytest_args`` None: the options the open incident's capture recorded (trusted), so
+        that the run counts as its next iteration."""
         effective = self.effective()
         store = self.store(effective)
         verdict = self.run_verdict(effective, store, selection, pytest_args, cancel=cancel)
-        return self.verdict_result(store, verdict, self._limit(effective), redactor=effective.redactor)
+        return self.verdict_result(store, verdict, effective.settings.mcp.max_chars, redactor=effective.redactor)
 
     def run_verdict(self, effective: EffectiveConfig, store: Store, selection: Sequence[str] = (),
                     pytest_args: Optional[Sequence[str]] = None, *, trusted: Sequence[str] = (),
                     timeout: Optional[tuple[float, str]] = None,
                     cancel: Optional[threading.Event] = None) -> RunVerdict:
-        """Run ``pytest --selfheal`` and return its verdict (see :meth:`run_tests`).
-
-        ``trusted``: more arguments passed without the allowlist check (config the user wrote);
-        ``timeout``: seconds and the key that set them (default ``verification.timeout_seconds``);
-        ``cancel``: set from another thread, it stops pytest's whole process group.
-        """
+        """:meth:`run_tests`'s verdict. ``trusted``: arguments passed without the allowlist check
+        (config the user wrote); ``timeout``: seconds and the key that set them; ``cancel``: set
+        from another thread, it stops pytest's whole process group."""
         self.require_project()
         waiting = open_incidents(store)
         replayed = [*trusted, *captures_options(store)]
@@ -323,8 +282,7 @@ class Project:
         # No reports root of ours: the child reads the same config from the same directory.
         argv = pytest_argv(None, [(text, "--set") for text in self.override_texts],
                            [*selection, *pytest_args])
-        seconds, key = timeout or (float(effective.settings.verification.timeout_seconds),
-                                   "verification.timeout_seconds")
+        seconds, key = timeout or (effective.settings.verification.timeout_seconds, "verification.timeout_seconds")
         with fresh_bytecode(process.child_environment()) as clean:
             completed = process.run(argv, cwd=self.directory, env=clean, on_line=keep,
                                     timeout_seconds=seconds, cancel=cancel)
@@ -361,22 +319,14 @@ class Project:
         verdict_of = partial(RunVerdict, pytest_exit_code=code, counts=tuple(counts.items()),
                        max_iterations=effective.settings.max_iterations, captured=captured[-1] if captured else None)
         iteration_verdict: Optional[RunVerdict] = None  # the verdict on the open incident this run was an iteration of
-        harness: tuple[str, ...] = ()  # what changed in its seal since the capture (harness_changed)
-        tests: tuple[str, ...] = ()  # the test files and data edited since the capture (tests_edited)
-        unchanged = False  # that iteration had the code unchanged since the previous one: nothing tried
-        failing = True  # that iteration saw a failure (not only tests that ran to no verdict)
-        checked = ""  # what that iteration's regression check found (loop/regression.py)
+        last: Optional[Attempt] = None  # that iteration's record
         if iterated:
             incident_id = iterated[-1]
             last = store.read_attempts(incident_id)[-1]
             bucket, _ = store.locate(incident_id)
             stop = last.result == "stop"
-            harness, tests = last.harness_changed, last.tests_edited
             # Its budget is the one in force at its capture (loop/seal_check.py), not today's.
             judged, _ = judged_config(effective, store.read_incident(incident_id))
-            unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
-            failing = bool(last.failures)
-            checked = regression_words(last.tests_fixed, last.regressions, last.regression_tests_run)
             iteration_verdict = verdict_of(decision=RunDecision.STOP if stop else RunDecision.CONTINUE,
                        stop_reason=last.stop_reason if stop else None, status=store.read_status(incident_id),
                        summary="", next="", incident_id=incident_id, iteration=last.iteration,
@@ -398,20 +348,23 @@ class Project:
                 next=("edit the code at the target paths of its root-cause groups (the digest; show gives it whole), "
                       "never the failing tests; then call run_tests again without arguments: that run replays the "
                       "capture's pytest options and is the incident's next iteration"))
-        if iteration_verdict is not None:
+        if iteration_verdict is not None and last is not None:
+            harness, tests = last.harness_changed, last.tests_edited
             nothing = "; nothing changed since the last run: an iteration with nothing tried" + (
                 "" if iteration_verdict.decision is RunDecision.STOP else ", and a second such run in a row stops (no_fix_found)")
+            unchanged = last.repair is not None and last.repair.message == AGENT_UNCHANGED
             # A changed harness is a change since the last run, though not of the code.
-            summary = self._iteration_summary(iteration_verdict, failing) + (
+            summary = self._iteration_summary(iteration_verdict, bool(last.failures)) + (
                 nothing if unchanged and not harness else "")
             if harness:
                 summary += f"; changed since the capture (not the code under test): {first_few(harness)}"
             if tests:
                 summary += f"; tests edited since the capture: {first_few(tests)}"
             edited = dict.fromkeys(line.strip().removeprefix("selfheal: ") for line in plugin_lines if NOT_APPLIED in line)
+            checked = regression_words(last.tests_fixed, last.regressions, last.regression_tests_run)
             summary += f"; {checked}" if checked else ""
             summary += "".join(f"; {line}" for line in edited)  # each once, however often the plugin said it
-            return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, store))
+            return replace(iteration_verdict, summary=summary, next=self._next(iteration_verdict, last, store))
         if stopped is not None:
             # The failures of an incident that stopped, the code unchanged: STOP again.
             incident_id, iteration, why = stopped
@@ -456,7 +409,7 @@ class Project:
                     if open_ids else "fix the failures above, then call run_tests again")
 
     @staticmethod
-    def _iteration_summary(verdict: RunVerdict, failing: bool = True) -> str:
+    def _iteration_summary(verdict: RunVerdict, failing: bool) -> str:
         if verdict.bucket != "inbox":
             return f"incident {verdict.incident_id} is {verdict.status}, archived to {archive_dir(str(verdict.bucket))}"
         if verdict.decision is RunDecision.STOP:
@@ -466,9 +419,8 @@ class Project:
                     f"iteration {verdict.iteration} recorded")
         return f"incident {verdict.incident_id} is still failing; iteration {verdict.iteration} recorded"
 
-    def _next(self, verdict: RunVerdict, store: Store) -> str:
+    def _next(self, verdict: RunVerdict, last: Attempt, store: Store) -> str:
         if verdict.decision is RunDecision.CONTINUE:
-            last = store.read_attempts(str(verdict.incident_id))[-1]
             missing = unverified_tests(last.outcomes, [n for n in last.get_extra("not_run") or () if isinstance(n, str)])
             if missing:
                 # Not run is not fixed: the budget goes on, the agent must make them run again.
@@ -501,10 +453,8 @@ class Project:
                    reserved=structured_size(data) if structured else 0, more=more)
         return ToolResult(text, data)
 
-    # ------------------------------------------------------------------ apply
-
     def proposed(self, incident_id: str) -> ProposedPatch:
-        """The incident's proposed patch, checked against the working tree (nothing changes)."""
+        """The incident's proposed patch, checked against the working tree."""
         effective = self.effective()
         store = self.store(effective)
         return proposed_patch(store, store.resolve_id(incident_id), self.root,
@@ -512,10 +462,9 @@ class Project:
                               allow_test_edits=effective.settings.repair.allow_test_edits)
 
     def approval_question(self, proposed: ProposedPatch) -> str:
-        """What the user is asked before ``apply``: the patch, its files, whether it was
-        verified (a partial patch says so) and the diff itself, redacted, within ``mcp.max_chars``."""
+        """What the user is asked before ``apply``: the question and the diff, redacted, within ``mcp.max_chars``."""
         effective = self.effective()
-        limit = self._limit(effective)
+        limit = effective.settings.mcp.max_chars
         question = effective.redactor.redact(proposed.question)
         diff = effective.redactor.redact(proposed.patch.decode("utf-8", errors="replace"))
         room = limit - len(question) - 2
@@ -525,7 +474,6 @@ class Project:
         return (question + "\n\n" + diff)[:limit] if room > 0 else question[:limit]
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
-        """Apply a patch the user approved."""
         apply_proposed(self.store(), proposed)
         partial = "" if proposed.verified else f" (the patch is {proposed.verdict})"
         return ToolResult(f"applied final.patch of {proposed.incident_id} to {proposed.working_tree}: "

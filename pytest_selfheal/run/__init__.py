@@ -1,7 +1,5 @@
-"""Running the loop for a surface (edge): the one loop entry every surface calls, pytest as a
-child process, and the final status as an exit code. With a repair provider the loop runs in
-an isolated git worktree (repair/), without one it is verify-only (loop/).
-"""
+"""The one loop entry every surface calls (edge), pytest as a child process, and the final
+status as an exit code."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ from pytest_selfheal.store.root import Store
 
 
 def has_repair_provider(effective: EffectiveConfig, pluginmanager: Optional[pluggy.PluginManager]) -> bool:
-    """True when a repair command is configured or a plugin implements the repair hook."""
     return bool(effective.settings.repair.command) or bool(hooks.repair_hook_names(pluginmanager))
 
 
@@ -36,8 +33,8 @@ def run_incident_loop(
     effective: EffectiveConfig,
     cwd: Path,
     pluginmanager: Optional[pluggy.PluginManager],
+    out: Callable[[str], None],
     approve: bool = False,
-    out: Optional[Callable[[str], None]] = None,
     interactive: Optional[bool] = None,
     unattended: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
@@ -45,17 +42,16 @@ def run_incident_loop(
     shown: bool = False,
     state: Optional[LoopRun] = None,
 ) -> LoopResult:
-    """Run (or resume) the loop of ``incident_id`` to its stop and return its result.
-
-    ``cwd``: the project root. ``verify_only`` runs no repair provider (the MCP ``loop`` tool:
-    its caller repairs). ``shown``: the caller shows the plan's suspects afterwards, so a
-    verify-only loop ranks them too. ``state``: the incident's records as the caller holds them.
-    """
+    """Run (or resume) the loop of ``incident_id`` to its stop: with a repair provider in an
+    isolated git worktree (repair/), else verify-only (loop/). ``cwd``: the project root;
+    ``verify_only``: no provider (the MCP ``loop`` tool: its caller repairs); ``shown``: the
+    caller shows the plan's suspects, so a verify-only loop ranks them too; ``state``: the
+    incident's records as the caller holds them."""
     # Read once: the loop state holds it from here on.
     incident = state.incident if state is not None else store.read_incident(incident_id)
     project_root = verification_root(incident, cwd, store.root)
     recorded = incident.rootdir
-    if out is not None and recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
+    if recorded and Path(recorded).is_dir() and Path(recorded).resolve() != project_root:
         out(f"selfheal: warning: incident {incident_id} names rootdir {recorded}, outside the project root; "
             f"verifying in {project_root}")
     if interactive is None:
@@ -77,15 +73,13 @@ def run_incident_loop(
     )
 
 
-#: pytest's own exit code for a usage error (bad pytest arguments).
-PYTEST_USAGE_ERROR = 4
+PYTEST_USAGE_ERROR = 4  # pytest's own, for bad pytest arguments
 
 
 def exit_code_for(final_status: str, *, fail_on_unresolved: bool = True,
                   pytest_exit_code: Optional[int] = None, pass_on_proposed_fix: bool = False) -> int:
-    """The exit code of a run that ended with ``final_status`` (docs/exit-codes.md). ``error``
-    (pytest could not run the tests) fails whatever ``fail_on_unresolved`` says: a broken
-    setup fails the job."""
+    """The exit code of a run that ended with ``final_status`` (docs/exit-codes.md); ``error``
+    fails whatever ``fail_on_unresolved`` says: a broken setup fails the job."""
     if final_status in (FinalStatus.RESOLVED, FinalStatus.PASSED):
         return EXIT_OK
     if final_status == FinalStatus.FIX_PROPOSED:
@@ -108,8 +102,7 @@ PYTEST_EXIT_MEANINGS: dict[int, str] = {
 
 
 def pytest_argv(root: Optional[Path], overrides: Sequence[tuple[str, str]], pytest_args: Sequence[str]) -> list[str]:
-    """``python -m pytest --selfheal`` with the same config overrides as ours and, given a
-    ``root``, the same reports root (when ours may differ from what the project's config says)."""
+    """``python -m pytest --selfheal`` with our config overrides and, given a ``root``, our reports root."""
     argv = [sys.executable, "-m", "pytest", "--selfheal"]
     for text, _origin in overrides:
         argv += ["--selfheal-set", text]
@@ -120,7 +113,6 @@ def pytest_argv(root: Optional[Path], overrides: Sequence[tuple[str, str]], pyte
 
 
 def describe_pytest_exit(code: Optional[int]) -> str:
-    """A short phrase for pytest's exit code (``no tests were collected``)."""
     if code is None:
         return "pytest did not run"
     if code < 0:
