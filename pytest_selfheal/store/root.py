@@ -1,12 +1,4 @@
-"""The on-disk incident store under the reports root (docs/store.md).
-
-```
-error_inbox/<id>/            incident.json status.txt log_tail.txt audit_tail.jsonl context.json
-error_plans/<id>/            plan.json plan.md
-error_runs/<id>/             attempt_01.json attempt_02.json … run_result.json (+ other run files)
-error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox folder)
-.lock                        serialises every mutating operation of concurrent processes
-```
+"""The write side of the incident store under the reports root (docs/store.md).
 
 Ids are validated before touching a path; every file is written atomically, here, confined to
 the root and through the redaction boundary; ``status.txt`` is the authoritative status and
@@ -81,14 +73,9 @@ PRUNING_PREFIX = ".pruning_"
 
 
 class Store(StoreReader):
-    """The incident store under one reports root (``.selfheal/`` by default): its reads, and
-    every write (incidents, status transitions, events, plans, attempts, run files and the moves
-    of whole incident folders).
-
-    The one writer of the reports root is also the redaction boundary: every document (keys
-    and values), event and text file goes through ``redactor`` on its way to disk; only
-    patches are written raw (they must apply). Callers holding the settings pass theirs.
-    """
+    """The incident store under one reports root: its reads and every write. The one writer is
+    also the redaction boundary: every document, event and text file goes through ``redactor`` on
+    its way to disk; only patches are written raw (they must apply)."""
 
     def __init__(
         self,
@@ -145,17 +132,11 @@ class Store(StoreReader):
         plan: Optional[PlanBuilder] = None,
         published: Optional[Published] = None,
     ) -> str:
-        """Write a new incident into ``error_inbox/`` and return its id.
-
-        The store fills the record's empty identity and time fields (``_STORE_FILLED``). The
-        folder is built under a temporary name and renamed into place, so a half-made incident
-        never appears; ``events`` (the capture's) are logged in the same build, after
-        ``incident_captured``. ``plan``: built from the incident with its final id, published
-        with it (the incident then ``planned``). ``published``: given the records of
-        ``incident.json`` and ``plan.json`` as a reader parses them back, so that the
-        capture's report need not read them. A record that does not fit its schema, or an
-        unknown event name, is a bug of the caller (``ValueError``).
-        """
+        """Write a new incident into ``error_inbox/`` and return its id; its folder is built under a
+        temporary name and renamed into place, so a half-made incident never appears. ``plan``: built
+        from the incident with its final id and published with it (the incident then ``planned``).
+        ``published``: given the records as a reader parses them back, so a capture need not read them.
+        A record that does not fit its schema, or an unknown event name, is a bug (``ValueError``)."""
         moment = self._now() if now is None else utc(now)
         new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
@@ -201,20 +182,14 @@ class Store(StoreReader):
         the caller gave its id."""
         doc = self._clean({key: value for key, value in incident.to_json().items()
                            if not (key in _STORE_FILLED and value in ("", 0))})
-        if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
-            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
-        doc.setdefault("created_at", stamp)
-        doc.setdefault("updated_at", doc["created_at"])
-        doc.setdefault("year", moment.year)
-        doc.setdefault("month", moment.month)
-        doc.setdefault("ym", f"{moment.year:04d}-{moment.month:02d}")
-        doc.setdefault("run_id", new_run_id(moment))
+        doc = {"status": IncidentStatus.NEW, "created_at": stamp, "updated_at": doc.get("created_at", stamp),
+               "year": moment.year, "month": moment.month, "ym": f"{moment.year:04d}-{moment.month:02d}",
+               "run_id": new_run_id(moment), **doc}
+        if doc["status"] != IncidentStatus.NEW:
+            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         explicit_id = "incident_id" in doc
-        if explicit_id:
-            doc["incident_id"] = validate_incident_id(doc["incident_id"])
-        else:
-            doc["incident_id"] = new_incident_id(moment, run)
+        doc["incident_id"] = validate_incident_id(doc["incident_id"]) if explicit_id else new_incident_id(moment, run)
         # Keys sorted at every level, as incident.json has them: the record is then the one a
         # reader parses back from the file (``published``).
         return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
@@ -463,14 +438,9 @@ class Store(StoreReader):
 
     def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` as ``planned``, its next loop run
-        starting after its last attempt (``reopened_after_iteration``); the files change in the
-        archive folder, then one rename. A reopen killed before its rename is completed.
-        Returns ``(bucket it came from, status it had, the last attempt)``.
-
-        ``continue_run``: a run saw the stopped failures again with the code changed:
-        ``resumed_after_iteration`` instead, so the old stop is history but the loop run (its
-        budget and counters) goes on.
-        """
+        starting after its last attempt (``reopened_after_iteration``; ``continue_run``: a run saw
+        the failures again with the code changed, ``resumed_after_iteration``: the loop run goes on).
+        A reopen killed before its rename is completed. Returns ``(bucket, status it had, last attempt)``."""
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(
