@@ -22,8 +22,6 @@ class GitContext(JsonRecord):
     """The repository's root, commit, branch and whether the tree had changes
     (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""
 
-    KIND: ClassVar[str] = "git context"
-
     root: Optional[str] = None
     commit: Optional[str] = None  # None: a repository without commits
     branch: Optional[str] = None  # None: a detached HEAD

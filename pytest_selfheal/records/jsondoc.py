@@ -362,14 +362,18 @@ _shape = cast("Callable[[type], _Shape]", cache(_Shape))
 
 @dataclass(frozen=True)
 class JsonRecord:
-    """Base of the on-disk records; subclasses declare ``KIND`` (the word in messages).
-
-    A record built in code (``keys`` None) writes its required fields, then every other field
-    that differs from its default, then ``extra``; a field changed with ``dataclasses.replace``
-    that the document did not have is written after the read keys.
+    """Base of the on-disk records. A record built in code (``keys`` None) writes its required
+    fields, then every other field that differs from its default, then ``extra``; a field changed
+    with ``dataclasses.replace`` that the document did not have is written after the read keys.
     """
 
+    # The word in messages: the class name's words (``PlanAction``: ``plan action``) unless it says another.
     KIND: ClassVar[str] = "document"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "KIND" not in cls.__dict__:
+            cls.KIND = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
 
     keys: Optional[tuple[str, ...]] = dataclasses.field(default=None, repr=False, compare=False, kw_only=True)
     extra: Extra = dataclasses.field(default=(), kw_only=True)

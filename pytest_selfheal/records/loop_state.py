@@ -7,7 +7,7 @@ a hand-edited log may hold anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.records.jsondoc import JsonRecord
 
@@ -15,8 +15,6 @@ from pytest_selfheal.records.jsondoc import JsonRecord
 @dataclass(frozen=True)
 class ReplayIteration(JsonRecord):
     """One iteration of the compared state, from its ``verification_finished`` data."""
-
-    KIND: ClassVar[str] = "replayed iteration"
 
     iteration: Any = None  # an int, as recorded
     verification_passed: bool = False
@@ -30,8 +28,6 @@ class ReplayIteration(JsonRecord):
 @dataclass(frozen=True)
 class ReplayStop(JsonRecord):
     """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
-
-    KIND: ClassVar[str] = "replayed stop"
 
     iteration: Any = None
     stop_reason: Any = None
@@ -48,8 +44,6 @@ COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason",
 class LoopState(JsonRecord):
     """The loop state rebuilt from the events or from the files; ``loop_stops`` (every
     ``loop_stopped`` of the log) only in the replay's, and not compared."""
-
-    KIND: ClassVar[str] = "loop state"
 
     incident_id: Optional[str] = None
     status: Optional[str] = None

@@ -94,8 +94,7 @@ class RunVerdict:
             doc["bucket"] = self.bucket
         closed = self.closed
         if closed is not None:
-            doc["closed"] = {"incident_id": closed.incident_id, "iteration": closed.iteration,
-                             "stop_reason": closed.stop_reason, "status": closed.status}
+            doc["closed"] = dataclasses.asdict(closed)
         if self.stopped_because is not None:
             doc["stopped_because"] = self.stopped_because
         doc.update(summary=self.summary, next=self.next)

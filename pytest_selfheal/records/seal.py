@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 from pytest_selfheal.records.jsondoc import (
     FrozenObject,
@@ -33,8 +33,6 @@ def _digests(description: str) -> Parser:
 @dataclass(frozen=True)
 class Seal(JsonRecord):
     """What decides what runs and how a result is judged, at capture (docs/loop.md "The seal")."""
-
-    KIND: ClassVar[str] = "seal"
 
     files: Annotated[Digests, _digests(
         "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "

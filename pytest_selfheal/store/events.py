@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
@@ -44,8 +44,6 @@ RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
 class Event(JsonRecord):
     """One event of an incident's log."""
 
-    KIND: ClassVar[str] = "event"
-
     event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
     ts: Optional[str] = None  # ISO-8601 UTC with microseconds
     incident_id: Optional[str] = None
@@ -57,10 +55,7 @@ class Event(JsonRecord):
 
     def get(self, key: str, default: Any = None) -> Any:
         """One data value as plain JSON, or ``default``."""
-        for name, value in self.extra:
-            if name == key:
-                return plain_json(value)
-        return default
+        return self.data.get(key, default)
 
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:

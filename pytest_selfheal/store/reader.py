@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar, Optional, TypeVar, Union
+from typing import Annotated, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
@@ -54,8 +54,6 @@ CORRUPTED = "corrupted"
 @dataclass(frozen=True, kw_only=True)
 class IncidentSummary(JsonRecord):
     """An incident as listed: where it is, its status and what its files say of it."""
-
-    KIND: ClassVar[str] = "incident summary"
 
     incident_id: str
     status: str  # status.txt (an IncidentStatus), or CORRUPTED
