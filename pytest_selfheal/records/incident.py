@@ -1,9 +1,5 @@
-"""``incident.json`` as a record: ``Incident`` with its ``Failure`` list (docs/store.md). Pure.
-
-``Failure`` is the one record of a failing test: the analysis builds it, the plan and the
-loop read it, an incident and an attempt write it (an attempt's without ``target_paths``
-and ``root_cause``; an older file's may lack any key: absent keys stay absent).
-"""
+"""``incident.json`` as a record (docs/store.md). ``Failure`` is the one record of a failing test:
+the analysis builds it, the plan and the loop read it, an incident and an attempt write it. Pure."""
 
 from __future__ import annotations
 

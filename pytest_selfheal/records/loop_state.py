@@ -1,8 +1,5 @@
-"""The loop state ``selfheal replay`` compares, as records (docs/loop.md "Replay"). Pure.
-
-Built in code, never read from a file. Values the event log holds stay as read (``Any``):
-a hand-edited log may hold anything.
-"""
+"""The loop state ``selfheal replay`` compares (docs/loop.md "Replay"), built in code; values of
+the event log stay as read (``Any``): a hand-edited log may hold anything. Pure."""
 
 from __future__ import annotations
 

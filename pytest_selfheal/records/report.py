@@ -1,10 +1,6 @@
-"""The report (``selfheal report``) as records: one model from the build to every rendering. Pure.
-
-Each record writes its JSON (``to_json``); a report read from a file is checked against its
-records' fields (:meth:`Report.read`), and JSON given to a renderer is read leniently
-(``from_json``, records/jsondoc.LenientRecord). The keys a record does not know (a newer
-version's, the ``ci`` block of ``selfheal ci``) are kept in ``extra`` so a merge carries them.
-"""
+"""The report (``selfheal report``) as records, from the build to every rendering. Pure. A report
+file is checked against them (:meth:`Report.read`), JSON given to a renderer is read leniently;
+unknown keys (a newer version's, ``selfheal ci``'s ``ci`` block) stay in ``extra`` for a merge."""
 
 from __future__ import annotations
 

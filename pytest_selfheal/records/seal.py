@@ -1,9 +1,5 @@
-"""The seal of an incident (``incident.json`` ``seal``): what decides what runs and how a
-result is judged, as it was at capture. Pure.
-
-Every map is ``{name: digest}``: a file's sha256 (``missing`` when it does not exist), a
-setting's sha256 (``unset``), a distribution's version.
-"""
+"""The seal of an incident (``incident.json`` ``seal``). Every map is ``{name: digest}``: a file's
+sha256 (``missing``), a setting's sha256 (``unset``), a distribution's version. Pure."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Incident event records: names, building, encoding and tolerant parsing. Pure.
-
-One event is one JSON object on one line of the incident's ``audit_tail.jsonl``:
-``{"ts": <ISO-8601 UTC>, "event": <name>, "incident_id": <id>, ...data}``.
-"""
+"""Incident events, one JSON object a line of ``audit_tail.jsonl``: ``{"ts", "event",
+"incident_id", ...data}``; names, building, encoding and tolerant parsing. Pure."""
 
 from __future__ import annotations
 

@@ -112,7 +112,6 @@ class Store(StoreReader):
         under the lock. An unknown or invalid id fails before the lock creates anything."""
         self.locate(incident_id)
         with self.lock():
-            incident_id = validate_incident_id(incident_id)
             bucket, folder = self.locate(incident_id)
             yield incident_id, bucket, folder
 
