@@ -163,8 +163,7 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
 
     def schema() -> Schema:
         inner = schema_of(parse)
-        names = inner["type"] if isinstance(inner["type"], list) else [inner["type"]]
-        inner["type"] = [*names, "null"]
+        inner["type"] = [inner["type"], "null"]
         if "enum" in inner:
             inner["enum"] = [*inner["enum"], None]
         return inner

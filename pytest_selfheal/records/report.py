@@ -128,13 +128,9 @@ class TriageEntry(LenientRecord):
         return cls.from_json(json_object(doc, path))
 
     def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,
-                                  "nodeid": self.nodeid}
-        for spec in fields_of(Triage):
-            value = getattr(self.triage, spec.key)
-            if value is not None:
-                doc[spec.key] = value
-        return doc
+        triage = {spec.key: getattr(self.triage, spec.name) for spec in fields_of(Triage)}
+        return {"fingerprint": self.fingerprint, "failure_type": self.failure_type, "nodeid": self.nodeid,
+                **{key: value for key, value in triage.items() if value is not None}}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -207,10 +207,6 @@ def atomic_write_json(path: PathLike, data: Any) -> None:
     atomic_write_text(path, dumps_json(data))
 
 
-def append_line(path: PathLike, line: str) -> None:
-    append_lines(path, [line])
-
-
 def append_lines(path: PathLike, lines: Sequence[str]) -> None:
     """Append ``lines`` with a single ``O_APPEND`` write, then one fsync; after a writer killed
     mid-append a newline comes first, so the torn fragment stays on its own line."""

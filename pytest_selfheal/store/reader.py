@@ -169,7 +169,6 @@ class StoreReader:
     def read_incident(self, incident_id: str) -> Incident:
         """``incident.json``, parsed (``InputError`` naming file and field otherwise); its
         status is a copy, ``status.txt``'s is authoritative."""
-        incident_id = validate_incident_id(incident_id)
         return self._read_incident_at(self.locate(incident_id)[1], incident_id)
 
     def read_status(self, incident_id: str) -> str:

@@ -278,7 +278,7 @@ class Store(StoreReader):
 
     def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, object]) -> None:
         record = ev.stamp(ev.pending(name, self._clean(data)), incident_id, ts=self._now())
-        fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
+        fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(record)])
 
     def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
         """Append one event to the incident's ``audit_tail.jsonl``; returns the record."""
