@@ -216,9 +216,8 @@ class Store(StoreReader):
         }, "create incident")
 
     def _publish_plan(self, incident: Incident, plan: PlanBuilder) -> tuple[list[Event], str]:
-        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free) as
-        its folder is built; returns the plan's two events for the incident's log and the text
-        of ``plan.json``: the incident appears already ``planned``, with its plan."""
+        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free), so it
+        appears already ``planned``; returns the plan's two events for its log and ``plan.json``'s text."""
         incident_id = incident.incident_id
         built, built_md = plan(incident)
         text = self._text("plan", built, incident_id)  # first: a bad plan fails before any write
@@ -404,10 +403,9 @@ class Store(StoreReader):
         return fsio.dumps_json(doc)
 
     def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
-        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status first
-        (through the table), then ``incident_archived``, then one rename. An incident whose
-        status already is ``bucket`` (an archive killed before its rename) is moved, adding
-        only the missing events. ``held``: ``(status.txt, record)`` as the caller holds them."""
+        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status (through the table),
+        ``incident_archived``, one rename; an archive killed before its rename is completed.
+        ``held``: ``(status.txt, record)`` as the caller holds them."""
         if bucket not in ARCHIVE_BUCKETS:
             raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
         with self.locked(incident_id) as (incident_id, where, folder):
@@ -472,9 +470,8 @@ class Store(StoreReader):
             return bucket, current, after
 
     def prune(self, incident_id: str) -> None:
-        """Delete an archived incident with its plan and run folders. Its folder is first
-        renamed (the incident disappears in one step); a prune killed half-way is completed
-        by the next one. Symbolic links are removed, never followed."""
+        """Delete an archived incident with its plan and run folders: its folder renamed first (gone in
+        one step; the next prune completes a killed one); symbolic links removed, never followed."""
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open ({INBOX_DIR}); archive it before pruning")
