@@ -244,12 +244,10 @@ def checked(
         return result
 
     def schema() -> Schema:
-        out = schema_of(parse)
-        words: Schema = {"enum": None if options is None else list(options), "pattern": pattern, "minimum": minimum,
-                         "maximum": maximum, "description": description}
-        head = {"type": out.pop("type")} if "type" in out else {}
-        head.update((key, value) for key, value in words.items() if value not in (None, ""))
-        return {**head, **{key: value for key, value in out.items() if key not in head}}
+        out = schema_of(parse)  # every parser states its type; none states the words below
+        words = {"enum": None if options is None else list(options), "pattern": pattern, "minimum": minimum,
+                 "maximum": maximum, "description": description}
+        return {"type": out.pop("type"), **{key: value for key, value in words.items() if value not in (None, "")}, **out}
 
     return _declares(parse_checked, schema)
 
