@@ -287,9 +287,7 @@ class Store(StoreReader):
         """Append several events in order as one write and one fsync; returns the records."""
         incident_id = validate_incident_id(incident_id)
         events = self._clean_events(events)  # each checked again: before taking the lock
-        self.locate(incident_id)
-        with self.lock():
-            _, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (_, _, folder):
             records = [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
@@ -297,7 +295,6 @@ class Store(StoreReader):
     def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
         """Write ``plan.md`` then ``plan.json``; returns plan.json's path. The caller appends
         ``plan_generated`` and moves the status."""
-        incident_id = validate_incident_id(incident_id)
         text = self._text("plan", plan, incident_id)
         plan_md = self.redactor.redact(plan_md)
         with self.locked(incident_id):
@@ -312,13 +309,11 @@ class Store(StoreReader):
     def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
         """Write ``error_runs/<id>/attempt_XX.json``, never over an existing one
         (``RefusedError``): a resumed loop never rewrites history."""
-        incident_id = validate_incident_id(incident_id)
         return self._write_run(incident_id, attempt_filename(attempt.iteration),
                                self._text("attempt", attempt, incident_id), new=True)
 
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``."""
-        incident_id = validate_incident_id(incident_id)
         return self._write_run(incident_id, RUN_RESULT_JSON, self._text("run_result", result, incident_id))
 
     def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
@@ -391,8 +386,9 @@ class Store(StoreReader):
         return line if clean == record else ev.encode_line(clean)
 
     def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
-        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
-        (``ValueError``: a bug of the caller), serialised before any file is touched."""
+        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id`` (else
+        ``ValueError``, a bug; an invalid id: ``UsageError``), serialised before any file is touched."""
+        incident_id = validate_incident_id(incident_id)
         doc = self._clean(record.to_json())
         try:
             DOCUMENTS[kind][0].parse(doc, "")
