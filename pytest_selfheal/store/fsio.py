@@ -17,6 +17,7 @@ import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -287,16 +288,7 @@ def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
     if not rootdir:
         return None
     root = os.path.realpath(str(rootdir))
-    if not os.path.isdir(root):
-        return None
-    cache: dict[str, Optional[list[str]]] = {}
-
-    def read(path: str) -> Optional[Sequence[str]]:
-        if path not in cache:
-            cache[path] = _read_source(root, path)
-        return cache[path]
-
-    return read
+    return cache(partial(_read_source, root)) if os.path.isdir(root) else None
 
 
 def _read_source(root: str, path: str) -> Optional[list[str]]:

@@ -116,8 +116,7 @@ class StoreReader:
     def locate(self, incident_id: str) -> tuple[str, Path]:
         """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
         incident_id = validate_incident_id(incident_id)
-        found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
-        found = [(bucket, path) for bucket, path in found if path.is_dir()]
+        found = [(bucket, path) for bucket in BUCKETS if (path := self.bucket_dir(bucket) / incident_id).is_dir()]
         if not found:
             raise NotFoundError(f"no incident {incident_id} in {self.root}")
         if len(found) > 1:
