@@ -37,9 +37,6 @@ class NewTestResult:
             return NEW_UNCHECKED
         return NEW_FAILING if self.failed else NEW_STABLE
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclass_json(self)
-
 
 @dataclass(frozen=True)
 class NewTestsCheck:
@@ -64,9 +61,6 @@ class NewTestsCheck:
     @property
     def fails(self) -> bool:
         return bool((self.flaky and self.fails_job) or (self.unchecked and self.unchecked_fails_job))
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclass_json(self)
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ def plain_json(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {key: plain_json(item) for key, item in value.items()}
     to_json = getattr(value, "to_json", None)  # a record: JsonRecord, or one of the report's
+    if to_json is None and dataclasses.is_dataclass(value):
+        return dataclass_json(value)
     return value if to_json is None else to_json()
 
 
