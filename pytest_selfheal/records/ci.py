@@ -18,8 +18,7 @@ NEW_UNCHECKED = "unchecked"  # not re-run its count (the budget, a refusal, a co
 
 @dataclass(frozen=True)
 class NewTestResult:
-    """One test the pull request adds or changes, and how its runs went (the job's own run
-    and the re-runs of the check)."""
+    """One test the pull request adds or changes, and how its runs went (the job's and the re-runs)."""
 
     nodeid: str
     passed: int

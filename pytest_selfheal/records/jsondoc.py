@@ -430,9 +430,8 @@ L = TypeVar("L", bound="LenientRecord")
 
 @dataclass(frozen=True)
 class LenientRecord:
-    """A record whose document may be a hand's or another version's (a report): ``parse``
-    checks it field by field as :class:`JsonRecord` does; ``from_json`` reads it so that one
-    odd value never stops a rendering (:func:`lenient`). Unknown keys are kept in ``extra``;
+    """A record whose document may be a hand's or another version's (a report): ``parse`` checks it
+    as :class:`JsonRecord` does, ``from_json`` reads it so that one odd value never stops a rendering;
     ``to_json`` writes every field (``OMITTED`` ones only when not None), then ``extra``."""
 
     WRITTEN: ClassVar[tuple[str, ...]] = ()  # keys always written that are no fields

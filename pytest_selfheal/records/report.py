@@ -135,9 +135,8 @@ class TriageEntry(LenientRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class ReportIncident(LenientRecord):
-    """One incident of the report JSON (docs/report.md "JSON"). ``run_config``, ``handoff``
-    and ``repair`` are JSON copied from the run result (their keys are the user's or another
-    stage's)."""
+    """One incident of the report JSON (docs/report.md "JSON"); ``run_config``, ``handoff`` and
+    ``repair`` are JSON copied from the run result (their keys are the user's or another stage's)."""
 
     OMITTED: ClassVar[tuple[str, ...]] = ("regression_check",)
 
