@@ -28,6 +28,7 @@ from pytest_selfheal.github.new_tests import (
 )
 from pytest_selfheal.history.sources import RunBase
 from pytest_selfheal.records.ci import NEW_FLAKY, NEW_UNCHECKED, NewTestResult, NewTestsCheck
+from pytest_selfheal.records.jsondoc import plain_json
 from pytest_selfheal.records.report import Report
 
 MODULE = textwrap.dedent('''\
@@ -112,7 +113,7 @@ def test_an_artifacts_new_tests_block_is_checked_field_by_field() -> None:
                            NewTestResult("t.py::test_b", 5, 0, reruns=5, planned=5),
                            NewTestResult("t.py::test_c", 5, 0, reruns=4, planned=5)),
                           seed=7, reruns=4, not_rerun=1, fails_job=True, unchecked_fails_job=True)
-    block = {"final_status": "passed", "stop_reason": "none", "new_tests": check.to_json()}
+    block = {"final_status": "passed", "stop_reason": "none", "new_tests": plain_json(check)}
     back = sanitize_ci_info(block, Report.from_json({}))
     assert back.new_tests == check
     assert back.new_tests.flaky == ("t.py::test_a",)

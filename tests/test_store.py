@@ -791,14 +791,14 @@ def test_read_json_errors(tmp_path: Path) -> None:
 
 def test_append_line(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
-    fsio.append_line(path, "a")
-    fsio.append_line(path, "b")
+    fsio.append_lines(path, ["a"])
+    fsio.append_lines(path, ["b"])
     assert path.read_text() == "a\nb\n"
     path.write_text("a\ntor")
-    fsio.append_line(path, "c")
+    fsio.append_lines(path, ["c"])
     assert path.read_text() == "a\ntor\nc\n"
     with pytest.raises(ValueError):
-        fsio.append_line(path, "x\ny")
+        fsio.append_lines(path, ["x\ny"])
 
 
 

@@ -29,8 +29,6 @@ class Decision(JsonRecord):
     """What the loop policy decided after the latest observation, and why; recorded as is
     (every key optional when read)."""
 
-    KIND: ClassVar[str] = "decision"
-
     action: str = ""  # continue | stop
     stop_reason: Optional[str] = None
     final_status: Optional[str] = None  # resolved | escalated | replan_requested; None = left open
@@ -77,8 +75,6 @@ class RepairBlock(JsonRecord):
 @dataclass(frozen=True)
 class Attempt(JsonRecord):
     """``error_runs/<id>/attempt_XX.json``: the record of one iteration."""
-
-    KIND: ClassVar[str] = "attempt"
 
     incident_id: Annotated[str, incident_id]
     iteration: Annotated[int, checked(integer, minimum=1)]  # counts across loop runs; XX in the file name

@@ -1,9 +1,5 @@
-"""The records of ``selfheal ci`` at its GitHub seam. Pure.
-
-:class:`CiVerdict` is what one run concluded: the step outputs, the headline, the exit code
-and the ``ci`` block of a report JSON all read it. :class:`IssueComment` is the one place the
-client looks inside a comment's JSON.
-"""
+"""The records of ``selfheal ci`` at its GitHub seam: what one run concluded (:class:`CiVerdict`)
+and a comment as the API returns it (:class:`IssueComment`). Pure."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pytest_selfheal.records.jsondoc import dataclass_json
+from pytest_selfheal.records.tolerant import as_str, opt_str
 
 # The label of a new or changed test after its re-runs (github/new_tests.py).
 NEW_FLAKY = "flaky (new)"  # passed and failed on the same code: fails the job by default
@@ -21,8 +18,7 @@ NEW_UNCHECKED = "unchecked"  # not re-run its count (the budget, a refusal, a co
 
 @dataclass(frozen=True)
 class NewTestResult:
-    """One test the pull request adds or changes, and how its runs went (the job's own run
-    and the re-runs of the check)."""
+    """One test the pull request adds or changes, and how its runs went (the job's and the re-runs)."""
 
     nodeid: str
     passed: int
@@ -39,9 +35,6 @@ class NewTestResult:
         if self.reruns < max(self.planned, 1):
             return NEW_UNCHECKED
         return NEW_FAILING if self.failed else NEW_STABLE
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclass_json(self)
 
 
 @dataclass(frozen=True)
@@ -67,9 +60,6 @@ class NewTestsCheck:
     @property
     def fails(self) -> bool:
         return bool((self.flaky and self.fails_job) or (self.unchecked and self.unchecked_fails_job))
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclass_json(self)
 
 
 @dataclass(frozen=True)
@@ -111,11 +101,6 @@ class IssueComment:
     @classmethod
     def from_json(cls, data: object) -> IssueComment:
         fields = data if isinstance(data, dict) else {}
-        cid, body, url, user = fields.get("id"), fields.get("body"), fields.get("html_url"), fields.get("user")
-        login = user.get("login") if isinstance(user, dict) else None
-        return cls(
-            cid if isinstance(cid, int) and not isinstance(cid, bool) else None,
-            body if isinstance(body, str) else None,
-            login if isinstance(login, str) else "",
-            url if isinstance(url, str) else None,
-        )
+        cid, user = fields.get("id"), fields.get("user")
+        return cls(cid if isinstance(cid, int) and not isinstance(cid, bool) else None, opt_str(fields.get("body")),
+                   as_str(user.get("login")) if isinstance(user, dict) else "", opt_str(fields.get("html_url")))

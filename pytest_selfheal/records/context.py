@@ -1,9 +1,5 @@
-"""``error_inbox/<id>/context.json`` as a record: ``RunContext`` with its ``GitContext`` (built by
-``gitrepo.git_snapshot``) (docs/store.md). Pure.
-
-What the capture knew about the run. Informative only (a missing or unreadable one never
-blocks the loop), so every field is optional.
-"""
+"""``error_inbox/<id>/context.json`` as a record (docs/store.md): what the capture knew of the run.
+Informative only (a missing or unreadable one never blocks the loop): every field optional. Pure."""
 
 from __future__ import annotations
 
@@ -21,8 +17,6 @@ SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
 class GitContext(JsonRecord):
     """The repository's root, commit, branch and whether the tree had changes
     (``gitrepo.git_snapshot``), or only ``error`` when git could not say."""
-
-    KIND: ClassVar[str] = "git context"
 
     root: Optional[str] = None
     commit: Optional[str] = None  # None: a repository without commits

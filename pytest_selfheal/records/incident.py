@@ -1,9 +1,5 @@
-"""``incident.json`` as a record: ``Incident`` with its ``Failure`` list (docs/store.md). Pure.
-
-``Failure`` is the one record of a failing test: the analysis builds it, the plan and the
-loop read it, an incident and an attempt write it (an attempt's without ``target_paths``
-and ``root_cause``; an older file's may lack any key: absent keys stay absent).
-"""
+"""``incident.json`` as a record (docs/store.md). ``Failure`` is the one record of a failing test:
+the analysis builds it, the plan and the loop read it, an incident and an attempt write it. Pure."""
 
 from __future__ import annotations
 
@@ -45,8 +41,6 @@ class CodeRef(JsonRecord):
 class RootCause(JsonRecord):
     """A failure's root-cause evidence, resolved at capture inside pytest (docs/store.md)."""
 
-    KIND: ClassVar[str] = "root cause"
-
     frame: Optional[CodeRef] = None  # the innermost traceback frame in the project outside the tests
     stack: tuple[CodeRef, ...] = ()  # the project frames on the way to it, outermost first
     test_line: Optional[CodeRef] = None  # the last test-file line of the traceback (the assertion)
@@ -76,8 +70,6 @@ class Triage(JsonRecord):
     """A captured failure's triage against the base branch's history: new, known, flaky or
     quarantined, and the evidence behind it (docs/history.md). Absent fields are left out."""
 
-    KIND: ClassVar[str] = "triage"
-
     label: str  # a TriageLabel (a plain string here: a label of a newer version still reads)
     detail: str  # one line a person reads: "first seen on main at abc1234 (2026-11-20), 3 times"
     first_seen_commit: Optional[str] = None
@@ -91,8 +83,6 @@ class Triage(JsonRecord):
 @dataclass(frozen=True)
 class Failure(JsonRecord):
     """One failing test: its identity, fingerprint, classification and evidence (every key optional)."""
-
-    KIND: ClassVar[str] = "failure"
 
     nodeid: Optional[str] = None  # the pytest node id, when the plugin captured it
     test: str = ""  # runner-independent identity, classname::name
@@ -126,8 +116,6 @@ CAPTURED_KEYS = ("test", "fingerprint", "signature", "scheme", "failure_type", "
 @dataclass(frozen=True, kw_only=True)
 class Incident(JsonRecord):
     """``error_inbox/<id>/incident.json``: the contract fields, then the known extensions."""
-
-    KIND: ClassVar[str] = "incident"
 
     # The capture fills the failure fields; the store fills the empty identity and time
     # fields when it creates the incident (Store.create_incident).

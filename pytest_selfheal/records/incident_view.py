@@ -18,24 +18,15 @@ def cause_json(action: PlanAction) -> dict[str, object]:
     without a plan (no id), whose path and name are written only when known."""
     key = action.key
     data: dict[str, object] = {"action": action.id or None, "evidence": key.evidence}
-    if action.id or key.path is not None:
-        data["path"] = key.path
-    if action.id or key.name is not None:
-        data["name"] = key.name
+    data.update((name, value) for name, value in (("path", key.path), ("name", key.name))
+                if action.id or value is not None)
     data.update(signature=action.signature, target_paths=list(action.target_paths),
                 test_paths=list(action.test_paths), nodeids=list(action.nodeids))
-    if action.where:
-        data["where"] = action.where
-    if action.assertion:
-        data["assertion"] = action.assertion
-    if action.suspects:
-        data["suspects"] = list(action.suspect_lines())
-    if action.excerpt is not None:
-        data["excerpt"] = list(action.excerpt.numbered())
-    if action.also_where:
-        data["also_where"] = action.also_where
-    if action.also_excerpt is not None:
-        data["also_excerpt"] = list(action.also_excerpt.numbered())
+    # Each of these only when there is one (an excerpt always holds its suspect's line).
+    shown = {"where": action.where, "assertion": action.assertion, "suspects": list(action.suspect_lines()),
+             "excerpt": action.excerpt and list(action.excerpt.numbered()), "also_where": action.also_where,
+             "also_excerpt": action.also_excerpt and list(action.also_excerpt.numbered())}
+    data.update((name, value) for name, value in shown.items() if value)
     return data
 
 

@@ -1,21 +1,13 @@
-"""The machinery every on-disk record shares: typed fields parsed once, an exact round trip.
+"""The machinery every on-disk record shares: typed fields parsed once, an exact round trip. Pure.
 
-A record is a frozen dataclass; its fields are the JSON keys it knows. Each field's type
-gives the parser that checks a value once and returns it in frozen form (lists become
-tuples, objects read-only mappings, nested objects records); an ``Annotated`` type says
-what a type cannot (allowed values, a key that is no Python name: :func:`fields_of`).
+A record is a frozen dataclass; its fields are the JSON keys it knows and their types give the
+parsers (an ``Annotated`` type says what a type cannot: :func:`fields_of`). ``keys`` (the key order
+read; None for a record built in code) and ``extra`` (the unknown keys, frozen, in order) make
+``json.dumps(R.from_json(doc, where).to_json())`` byte-identical to ``json.dumps(doc)``, but for an
+integer field written as an integral float (``3.0``), which comes back as ``3``.
 
-Two dataclass fields make the round trip exact: ``keys`` (the key order of the document
-that was read; ``None`` for a record built in code) and ``extra`` (every key the record
-does not know, with its frozen value, in document order). ``to_json`` writes the keys
-in ``keys`` order, so ``json.dumps(R.from_json(doc, where).to_json())`` is byte-identical
-to ``json.dumps(doc)``. The one normalisation: an integer field written as an integral
-float (``3.0``, which JSON Schema counts as an integer) comes back as ``3``.
-
-A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``. A
-parser checks the type; :func:`checked` adds the allowed values (enums, id and timestamp
-patterns, ranges). The shipped JSON Schemas are generated from the same parsers
-(:func:`schema_of`, ``records/schema_gen.py``), so the two never disagree. Pure: no I/O.
+A bad value raises one line, ``<where>: invalid <kind>: field <path>: <problem>``. The shipped
+JSON Schemas are generated from the same parsers (:func:`schema_of`), so the two never disagree.
 """
 
 from __future__ import annotations
@@ -56,14 +48,13 @@ def not_one_of(path: str, value: Any, options: tuple[Any, ...]) -> FieldError:
     return FieldError(path, f"{one_line(repr(value), 80)} is not one of {shown}", options=options)
 
 
+_TYPE_NAMES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+               (list, "array"), (Mapping, "object"))
+
+
 def type_name(value: Any) -> str:
     """The JSON type name of ``value``, for messages."""
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
-        if isinstance(value, kind):
-            return name
-    return "object" if isinstance(value, Mapping) else type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 def child(path: str, key: str) -> str:
@@ -120,6 +111,8 @@ def plain_json(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {key: plain_json(item) for key, item in value.items()}
     to_json = getattr(value, "to_json", None)  # a record: JsonRecord, or one of the report's
+    if to_json is None and dataclasses.is_dataclass(value):
+        return dataclass_json(value)
     return value if to_json is None else to_json()
 
 
@@ -172,8 +165,7 @@ def nullable(parse: Callable[[Any, str], T]) -> Callable[[Any, str], Optional[T]
 
     def schema() -> Schema:
         inner = schema_of(parse)
-        names = inner["type"] if isinstance(inner["type"], list) else [inner["type"]]
-        inner["type"] = [*names, "null"]
+        inner["type"] = [inner["type"], "null"]
         if "enum" in inner:
             inner["enum"] = [*inner["enum"], None]
         return inner
@@ -208,14 +200,8 @@ E = TypeVar("E", bound=Enum)
 
 def one_of(enum: type[E], *only: E) -> Callable[[Any, str], E]:
     """A string that is the value of a member of ``enum`` (or of ``only``, when given): the member."""
-    values = tuple(member.value for member in (only or tuple(enum)))
-
-    def parse_member(value: Any, path: str) -> E:
-        if string(value, path) not in values:
-            raise not_one_of(path, value, values)
-        return enum(value)
-
-    return _declares(parse_member, lambda: {"type": "string", "enum": list(values)})
+    check = checked(string, enum=only or enum)
+    return _declares(lambda value, path: enum(check(value, path)), lambda: schema_of(check))
 
 
 @partial(_declares, schema=lambda: {"type": ["array", "string", "null"], "items": {"type": "string"}})
@@ -243,39 +229,29 @@ def checked(
     """``parse``, then the allowed values: one of ``enum`` (values, or an ``Enum``'s member values),
     a ``pattern`` match, ``minimum``/``maximum``. The schema files say the same (``schema_of``);
     ``description`` is for them only."""
+    # Every enum is of strings and every bound is on a number: ``parse`` checked the type first.
     options = None if enum is None else tuple(m.value if isinstance(m, Enum) else m for m in enum)
     search = re.compile(pattern).search if pattern else None
-    texts = frozenset(option for option in options or () if type(option) is str)  # a string value: one look-up
 
     def parse_checked(value: Any, path: str) -> T:
         result = parse(value, path)
-        if options is not None and not (type(value) is str and value in texts) and not any(
-            _same(value, option) for option in options
-        ):
+        if options is not None and value not in options:
             raise not_one_of(path, value, options)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if minimum is not None and value < minimum:
-                raise FieldError(path, f"{value} is less than the minimum {minimum}")
-            if maximum is not None and value > maximum:
-                raise FieldError(path, f"{value} is more than the maximum {maximum}")
-        if search is not None and isinstance(value, str) and search(value) is None:
+        if minimum is not None and value < minimum:
+            raise FieldError(path, f"{value} is less than the minimum {minimum}")
+        if maximum is not None and value > maximum:
+            raise FieldError(path, f"{value} is more than the maximum {maximum}")
+        if search is not None and search(value) is None:
             raise FieldError(path, f"{one_line(repr(value), 80)} does not match {pattern}")
         return result
 
     def schema() -> Schema:
-        out = schema_of(parse)
-        words: Schema = {"enum": None if options is None else list(options), "pattern": pattern, "minimum": minimum, "maximum": maximum}
-        words["description"] = description
-        head = {"type": out.pop("type")} if "type" in out else {}
-        head.update((key, value) for key, value in words.items() if value not in (None, ""))
-        return {**head, **{key: value for key, value in out.items() if key not in head}}
+        out = schema_of(parse)  # every parser states its type; none states the words below
+        words = {"enum": None if options is None else list(options), "pattern": pattern, "minimum": minimum,
+                 "maximum": maximum, "description": description}
+        return {"type": out.pop("type"), **{key: value for key, value in words.items() if value not in (None, "")}, **out}
 
     return _declares(parse_checked, schema)
-
-
-def _same(a: Any, b: Any) -> bool:
-    # enum equality as in JSON: true is not 1.
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else bool(a == b)
 
 
 # The package's own identifiers, as the schema files state them.
@@ -385,14 +361,18 @@ _shape = cast("Callable[[type], _Shape]", cache(_Shape))
 
 @dataclass(frozen=True)
 class JsonRecord:
-    """Base of the on-disk records; subclasses declare ``KIND`` (the word in messages).
-
-    A record built in code (``keys`` None) writes its required fields, then every other field
-    that differs from its default, then ``extra``; a field changed with ``dataclasses.replace``
-    that the document did not have is written after the read keys.
+    """Base of the on-disk records. A record built in code (``keys`` None) writes its required
+    fields, then every other field that differs from its default, then ``extra``; a field changed
+    with ``dataclasses.replace`` that the document did not have is written after the read keys.
     """
 
+    # The word in messages: the class name's words (``PlanAction``: ``plan action``) unless it says another.
     KIND: ClassVar[str] = "document"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "KIND" not in cls.__dict__:
+            cls.KIND = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
 
     keys: Optional[tuple[str, ...]] = dataclasses.field(default=None, repr=False, compare=False, kw_only=True)
     extra: Extra = dataclasses.field(default=(), kw_only=True)
@@ -450,9 +430,8 @@ L = TypeVar("L", bound="LenientRecord")
 
 @dataclass(frozen=True)
 class LenientRecord:
-    """A record whose document may be a hand's or another version's (a report): ``parse``
-    checks it field by field as :class:`JsonRecord` does; ``from_json`` reads it so that one
-    odd value never stops a rendering (:func:`lenient`). Unknown keys are kept in ``extra``;
+    """A record whose document may be a hand's or another version's (a report): ``parse`` checks it
+    as :class:`JsonRecord` does, ``from_json`` reads it so that one odd value never stops a rendering;
     ``to_json`` writes every field (``OMITTED`` ones only when not None), then ``extra``."""
 
     WRITTEN: ClassVar[tuple[str, ...]] = ()  # keys always written that are no fields

@@ -1,43 +1,33 @@
-"""The loop state ``selfheal replay`` compares, as records (docs/loop.md "Replay"). Pure.
-
-Built in code, never read from a file. Values the event log holds stay as read (``Any``):
-a hand-edited log may hold anything.
-"""
+"""The loop state ``selfheal replay`` compares (docs/loop.md "Replay"), built in code; values of
+the event log stay as read (``Any``): a hand-edited log may hold anything. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
 
-from pytest_selfheal.records.jsondoc import JsonRecord
+from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord
 
 
 @dataclass(frozen=True)
 class ReplayIteration(JsonRecord):
     """One iteration of the compared state, from its ``verification_finished`` data."""
 
-    KIND: ClassVar[str] = "replayed iteration"
-
-    iteration: Any = None  # an int, as recorded
-    verification_passed: bool = False
-    fingerprints: tuple[str, ...] = ()
-    result: Any = None  # continue | stop, as recorded
-    stop_reason: Any = None
-    keys: Optional[tuple[str, ...]] = field(default=("iteration", "verification_passed", "fingerprints", "result",
-                                                     "stop_reason"), repr=False, compare=False, kw_only=True)
+    # Every key written (REQUIRED), whatever its value.
+    iteration: Annotated[Any, REQUIRED] = None  # an int, as recorded
+    verification_passed: Annotated[bool, REQUIRED] = False
+    fingerprints: Annotated[tuple[str, ...], REQUIRED] = ()
+    result: Annotated[Any, REQUIRED] = None  # continue | stop, as recorded
+    stop_reason: Annotated[Any, REQUIRED] = None
 
 
 @dataclass(frozen=True)
 class ReplayStop(JsonRecord):
     """A ``loop_stopped`` event (or ``run_result.json``): the stop and its final status."""
 
-    KIND: ClassVar[str] = "replayed stop"
-
-    iteration: Any = None
-    stop_reason: Any = None
-    final_status: Any = None
-    keys: Optional[tuple[str, ...]] = field(default=("iteration", "stop_reason", "final_status"), repr=False,
-                                            compare=False, kw_only=True)
+    iteration: Annotated[Any, REQUIRED] = None
+    stop_reason: Annotated[Any, REQUIRED] = None
+    final_status: Annotated[Any, REQUIRED] = None
 
 
 # The keys ``selfheal replay`` compares, in the order the state is written.
@@ -49,8 +39,6 @@ class LoopState(JsonRecord):
     """The loop state rebuilt from the events or from the files; ``loop_stops`` (every
     ``loop_stopped`` of the log) only in the replay's, and not compared."""
 
-    KIND: ClassVar[str] = "loop state"
-
     incident_id: Optional[str] = None
     status: Optional[str] = None
     bucket: str = ""
@@ -59,4 +47,3 @@ class LoopState(JsonRecord):
     final_status: Optional[str] = None
     archived_to: Optional[str] = None
     loop_stops: tuple[ReplayStop, ...] = ()
-    keys: Optional[tuple[str, ...]] = field(default=COMPARED_KEYS, repr=False, compare=False, kw_only=True)

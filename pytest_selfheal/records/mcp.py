@@ -1,8 +1,5 @@
-"""The verdict of the MCP ``run_tests`` tool (and of the stop gate, which runs it). Pure.
-
-:meth:`RunVerdict.to_json` is the tool's structured content (docs/mcp.md "The verdict"),
-with the keys in the order the tool has always sent them.
-"""
+"""The verdict of the MCP ``run_tests`` tool (and of the stop gate, which runs it): its
+structured content (docs/mcp.md "The verdict"), keys in the order the tool has always sent. Pure."""
 
 from __future__ import annotations
 
@@ -37,11 +34,9 @@ class ClosedRun:
 
 @dataclass(frozen=True)
 class RunVerdict:
-    """What one test run means for the agent: the decision, why, the incident it is about.
-
-    The optional fields are None when the run does not say; ``plugin_lines`` go in the text
-    only. A field's ``doc`` metadata is its description in the tool's output schema.
-    """
+    """What one test run means for the agent: the decision, why, the incident it is about (None:
+    the run does not say; ``plugin_lines`` go in the text only; a field's ``doc``: its description
+    in the tool's output schema)."""
 
     decision: RunDecision = field(metadata={"doc": "CONTINUE: fix and run again; STOP: stop trying"})
     stop_reason: Optional[str] = field(metadata={"doc": "with STOP: the loop's stop reason, `none` for a green run"})
@@ -94,8 +89,7 @@ class RunVerdict:
             doc["bucket"] = self.bucket
         closed = self.closed
         if closed is not None:
-            doc["closed"] = {"incident_id": closed.incident_id, "iteration": closed.iteration,
-                             "stop_reason": closed.stop_reason, "status": closed.status}
+            doc["closed"] = dataclasses.asdict(closed)
         if self.stopped_because is not None:
             doc["stopped_because"] = self.stopped_because
         doc.update(summary=self.summary, next=self.next)

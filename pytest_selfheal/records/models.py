@@ -1,10 +1,5 @@
-"""Plain data passed between the stages of the flow (docs/architecture.md).
-
-junit XML -> TestCaseResult -> Failure (fingerprint + classification, records/incident.py)
--> incident -> plan -> loop observations -> attempts and run result -> report.
-
-Everything here is plain data: no I/O, no pytest objects.
-"""
+"""Plain data passed between the stages of the flow (docs/architecture.md): junit XML ->
+TestCaseResult -> Failure (records/incident.py) -> incident -> plan -> attempts -> report. Pure."""
 
 from __future__ import annotations
 

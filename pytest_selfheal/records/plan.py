@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Optional
+from typing import Annotated, Optional
 
 from pytest_selfheal.records.jsondoc import (
     JsonRecord,
@@ -23,8 +23,6 @@ from pytest_selfheal.records.vocab import SUSPECT_EVIDENCE, EvidenceKind
 class Hypothesis(JsonRecord):
     """One root-cause hypothesis: ``{id, confidence, reason}`` + the actions it explains."""
 
-    KIND: ClassVar[str] = "hypothesis"
-
     id: str
     confidence: str  # high | medium | low
     reason: str
@@ -36,8 +34,6 @@ class Hypothesis(JsonRecord):
 class GroupKey(JsonRecord):
     """An action's ``root_cause``: which evidence grouped its failures and where it points (plan/groups.py)."""
 
-    KIND: ClassVar[str] = "root cause"
-
     evidence: Annotated[str, checked(string, enum=EvidenceKind)]  # an EvidenceKind
     path: Optional[str] = None  # the defining file (absent for a fingerprint group)
     name: Optional[str] = None  # the function or class
@@ -46,8 +42,6 @@ class GroupKey(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class SuspectEntry(JsonRecord):
     """One suspicious function of an action (plan/suspects.py): where, how suspicious, why."""
-
-    KIND: ClassVar[str] = "suspect"
 
     path: str
     name: str
@@ -64,8 +58,6 @@ class SuspectEntry(JsonRecord):
 @dataclass(frozen=True)
 class Excerpt(JsonRecord):
     """A few lines of code around the top suspect's line, read when the plan was built."""
-
-    KIND: ClassVar[str] = "excerpt"
 
     path: str
     start: int  # the 1-based line number of lines[0]
@@ -84,8 +76,6 @@ class Excerpt(JsonRecord):
 @dataclass(frozen=True)
 class PlanAction(JsonRecord):
     """One plan action: ``{id, title, priority, risk, target_paths, verification}`` + its failure group."""
-
-    KIND: ClassVar[str] = "plan action"
 
     id: str
     title: str
@@ -143,8 +133,6 @@ class PlanAction(JsonRecord):
 class ReplanEntry(JsonRecord):
     """One earlier revision in ``replan_history``: what it tried before the replan."""
 
-    KIND: ClassVar[str] = "replan entry"
-
     revision: int = 0
     iterations: int = 0
     fingerprints_seen: tuple[str, ...] = ()
@@ -153,8 +141,6 @@ class ReplanEntry(JsonRecord):
 @dataclass(frozen=True)
 class Plan(JsonRecord):
     """``error_plans/<id>/plan.json``."""
-
-    KIND: ClassVar[str] = "plan"
 
     incident_id: Annotated[str, incident_id]
     generated_at: Annotated[str, timestamp]

@@ -4,7 +4,7 @@ killed run may leave behind (docs/repair.md). Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Optional
 
 from pytest_selfheal.records.jsondoc import JsonRecord
 
@@ -12,8 +12,6 @@ from pytest_selfheal.records.jsondoc import JsonRecord
 @dataclass(frozen=True)
 class WorktreeRecord(JsonRecord):
     """Where a repair run's worktree lives, written while it exists so the next run can remove it."""
-
-    KIND: ClassVar[str] = "worktree record"
 
     repo: str = ""  # the repository's top level
     path: str = ""  # the worktree

@@ -1,10 +1,6 @@
-"""The report (``selfheal report``) as records: one model from the build to every rendering. Pure.
-
-Each record writes its JSON (``to_json``); a report read from a file is checked against its
-records' fields (:meth:`Report.read`), and JSON given to a renderer is read leniently
-(``from_json``, records/jsondoc.LenientRecord). The keys a record does not know (a newer
-version's, the ``ci`` block of ``selfheal ci``) are kept in ``extra`` so a merge carries them.
-"""
+"""The report (``selfheal report``) as records, from the build to every rendering. Pure. A report
+file is checked against them (:meth:`Report.read`), JSON given to a renderer is read leniently;
+unknown keys (a newer version's, ``selfheal ci``'s ``ci`` block) stay in ``extra`` for a merge."""
 
 from __future__ import annotations
 
@@ -132,20 +128,15 @@ class TriageEntry(LenientRecord):
         return cls.from_json(json_object(doc, path))
 
     def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {"fingerprint": self.fingerprint, "failure_type": self.failure_type,
-                                  "nodeid": self.nodeid}
-        for spec in fields_of(Triage):
-            value = getattr(self.triage, spec.key)
-            if value is not None:
-                doc[spec.key] = value
-        return doc
+        triage = {spec.key: getattr(self.triage, spec.name) for spec in fields_of(Triage)}
+        return {"fingerprint": self.fingerprint, "failure_type": self.failure_type, "nodeid": self.nodeid,
+                **{key: value for key, value in triage.items() if value is not None}}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReportIncident(LenientRecord):
-    """One incident of the report JSON (docs/report.md "JSON"). ``run_config``, ``handoff``
-    and ``repair`` are JSON copied from the run result (their keys are the user's or another
-    stage's)."""
+    """One incident of the report JSON (docs/report.md "JSON"); ``run_config``, ``handoff`` and
+    ``repair`` are JSON copied from the run result (their keys are the user's or another stage's)."""
 
     OMITTED: ClassVar[tuple[str, ...]] = ("regression_check",)
 

@@ -28,8 +28,6 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason
 class DecisionOption(JsonRecord):
     """One choice offered at a decision point: ``{id, label, command}``."""
 
-    KIND: ClassVar[str] = "decision option"
-
     id: str = ""
     label: str = ""
     command: Optional[str] = None  # a suggested shell line for a human; None when there is none
@@ -38,8 +36,6 @@ class DecisionOption(JsonRecord):
 @dataclass(frozen=True)
 class DecisionContext(JsonRecord):
     """The decision point's ``context`` (camelCase keys, as the decision-point contract names them)."""
-
-    KIND: ClassVar[str] = "decision context"
 
     iteration: int = 0
     remaining: int = 0  # iterations left under max_iterations
@@ -52,8 +48,6 @@ class DecisionContext(JsonRecord):
 class DecisionPoint(JsonRecord):
     """What a human may do next, written at every stop: ``{reason, message, options, context}``."""
 
-    KIND: ClassVar[str] = "decision point"
-
     reason: str = ""  # the stop reason
     message: str = ""
     options: tuple[DecisionOption, ...] = ()
@@ -63,8 +57,6 @@ class DecisionPoint(JsonRecord):
 @dataclass(frozen=True)
 class Handoff(JsonRecord):
     """The structured handoff written at every stop: what was tried and what is left."""
-
-    KIND: ClassVar[str] = "handoff"
 
     iterations: Annotated[int, checked(integer, minimum=0)] = 0
     stop_reason: Optional[str] = None
@@ -78,8 +70,6 @@ class Handoff(JsonRecord):
 @dataclass(frozen=True)
 class RunRepair(JsonRecord):
     """The end of a loop with a repair provider (docs/repair.md "The end of the loop")."""
-
-    KIND: ClassVar[str] = "run repair"
 
     final_patch: Optional[str] = None  # final.patch, None when nothing was accepted
     applied: Optional[bool] = None
@@ -130,7 +120,5 @@ class RunResult(JsonRecord):
 class LoopResult(RunResult):
     """What ``run_incident_loop`` returns: the run result, ``final_status`` None for a stop that
     decided nothing (``disabled``, ``cancelled``); never written to disk."""
-
-    KIND: ClassVar[str] = "loop result"
 
     final_status: Optional[FinalStatus]  # type: ignore[assignment]  # None: the incident stays open

@@ -1,15 +1,11 @@
-"""The seal of an incident (``incident.json`` ``seal``): what decides what runs and how a
-result is judged, as it was at capture. Pure.
-
-Every map is ``{name: digest}``: a file's sha256 (``missing`` when it does not exist), a
-setting's sha256 (``unset``), a distribution's version.
-"""
+"""The seal of an incident (``incident.json`` ``seal``). Every map is ``{name: digest}``: a file's
+sha256 (``missing``), a setting's sha256 (``unset``), a distribution's version. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 from pytest_selfheal.records.jsondoc import (
     FrozenObject,
@@ -33,8 +29,6 @@ def _digests(description: str) -> Parser:
 @dataclass(frozen=True)
 class Seal(JsonRecord):
     """What decides what runs and how a result is judged, at capture (docs/loop.md "The seal")."""
-
-    KIND: ClassVar[str] = "seal"
 
     files: Annotated[Digests, _digests(
         "Rootdir-relative files that decide what runs: the collected test modules, the __init__.py and "

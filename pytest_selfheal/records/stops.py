@@ -1,6 +1,6 @@
 """The facts of each stop reason, in one table (pure): adding a stop reason is one row here
-(and its place in the loop's precedence). The sentence is a ``str.format`` template over
-:data:`MESSAGE_FIELDS`; ``{id}`` in a command is the incident id.
+(and its place in the loop's precedence). The sentence is a ``str.format`` template over the
+values ``loop/messages.stop_message`` computes; ``{id}`` in a command is the incident id.
 """
 
 from __future__ import annotations
@@ -14,36 +14,13 @@ from pytest_selfheal.records.vocab import FinalStatus, StopReason, Tone
 # (id, label, command template or None) of one option of a decision point.
 Option = tuple[str, str, Optional[str]]
 
-# The values a stop's sentence may name (loop/messages.py computes all of them).
-MESSAGE_FIELDS: tuple[str, ...] = (
-    "iteration",  # the iteration the loop stopped at
-    "max_iterations",
-    "all_iterations",  # "3 iterations"
-    "same",  # the repeats of the same fingerprint, the capture included
-    "streak",  # the consecutive iterations without progress
-    "timeouts",  # the timeouts in a row
-    "no_fixes",  # the empty repairs in a row
-    "elapsed",  # minutes
-    "budget",  # ralf_lite.max_runtime_minutes (0 when unset)
-    "unverified",  # the failures over the capture's cap
-    "fingerprint",  # the repeated failure's fingerprint
-    "fingerprint_note",  # ", not the capture's first failure (<fp>), which ..." when they differ, or ""
-    "rest",  # " without using the 2 remaining iterations", or ""
-    "flaky_note",  # "; flaky (passed without a code change): a, b", or ""
-    "environment_note",  # ": <message (test)>" of the TOOLING_ENV failure, or ""
-    "seen",  # "same failure", or "no verdict (<the tests without one>)"
-    "changes",  # what changed since the capture, named (harness_changed)
-    "edited",  # the test files and data edited since the capture, named (tests_edited)
-    "broken",  # the tests the change broke, named (regression)
-)
-
 
 @dataclass(frozen=True)
 class StopFacts:
     """Everything fixed about one stop reason."""
 
     final_status: Optional[FinalStatus]  # None: the incident stays open and resumable
-    message: str  # a template over MESSAGE_FIELDS
+    message: str  # a template over stop_message's values
     options: tuple[Option, ...]
     next_action: str
     tone: Tone = Tone.BAD

@@ -1,8 +1,5 @@
-"""The closed vocabularies of the records, each declared once as a string-valued ``Enum``. Pure.
-
-A member *is* its string, so JSON written from a member is the JSON of the string, and a
-value read back from a file compares equal to its member.
-"""
+"""The closed vocabularies of the records, each declared once as a string-valued ``Enum``: a
+member *is* its string, in JSON and in comparisons with a value read back. Pure."""
 
 from __future__ import annotations
 
@@ -54,10 +51,7 @@ SUSPECT_EVIDENCE: tuple[EvidenceKind, ...] = tuple(k for k in EvidenceKind if k 
 
 
 class IncidentStatus(TextEnum):
-    """``status.txt`` of an incident (:data:`TRANSITIONS` holds the moves between them).
-
-    The two terminal statuses are the final statuses of the same name.
-    """
+    """``status.txt`` of an incident (:data:`TRANSITIONS` holds the moves); the terminal two are final statuses."""
 
     NEW = "new"
     PLANNED = "planned"

@@ -1,8 +1,5 @@
-"""Incident event records: names, building, encoding and tolerant parsing. Pure.
-
-One event is one JSON object on one line of the incident's ``audit_tail.jsonl``:
-``{"ts": <ISO-8601 UTC>, "event": <name>, "incident_id": <id>, ...data}``.
-"""
+"""Incident events, one JSON object a line of ``audit_tail.jsonl``: ``{"ts", "event",
+"incident_id", ...data}``; names, building, encoding and tolerant parsing. Pure."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
@@ -44,8 +41,6 @@ RESERVED_KEYS: tuple[str, ...] = ("ts", "event", "incident_id")
 class Event(JsonRecord):
     """One event of an incident's log."""
 
-    KIND: ClassVar[str] = "event"
-
     event: str  # one of store.events.EVENT_NAMES (unknown names are kept: logs outlive versions)
     ts: Optional[str] = None  # ISO-8601 UTC with microseconds
     incident_id: Optional[str] = None
@@ -57,10 +52,7 @@ class Event(JsonRecord):
 
     def get(self, key: str, default: Any = None) -> Any:
         """One data value as plain JSON, or ``default``."""
-        for name, value in self.extra:
-            if name == key:
-                return plain_json(value)
-        return default
+        return self.data.get(key, default)
 
 
 def format_ts(moment: Optional[datetime] = None, timespec: str = "seconds") -> str:

@@ -17,6 +17,7 @@ import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -27,14 +28,10 @@ from pytest_selfheal.filelock import io_error as io_error
 
 
 def confine(root: PathLike, path: PathLike) -> Path:
-    """``path``, once checked to lie under ``root`` with no symbolic link on the way: every
-    existing entry below ``root`` down to ``path`` itself is looked at with ``lstat``. A
-    link there would take the write (an append, an attempt, a moved incident, a lock)
-    outside the reports root: ``RefusedError`` (one line, exit 5), nothing written. The
-    root itself may be a link to a folder beside it or below its parent (``.selfheal`` →
-    ``build/selfheal``), never one leading out of the folder it sits in: a ``.selfheal`` link
-    committed to a repository would send every write elsewhere (configure ``reports_dir``
-    with the real place instead)."""
+    """``path``, once checked (``lstat`` of each existing entry down to it) to lie under ``root``
+    with no symbolic link on the way, which would take the write outside: else ``RefusedError``.
+    The root itself may link to a folder beside it or below its parent, never out of the folder it
+    sits in: a ``.selfheal`` link committed to a repository would send every write elsewhere."""
     base = Path(os.path.abspath(os.fspath(root)))
     target = Path(os.path.abspath(os.fspath(path)))
     if os.path.islink(base):
@@ -69,11 +66,9 @@ def within(real: str, folder: str) -> bool:
 
 
 def project_path(project_root: PathLike, value: str, what: str) -> Path:
-    """The configured path ``value`` (``what`` names its key) under ``project_root``, once the
-    whole of it is checked: every symbolic link on the way resolved, the result must lie inside
-    the project (a ``history`` link to ``~`` would make ``history/quarantine.yml`` read or write
-    the user's files). ``RefusedError`` (one line, exit 5) otherwise. An absolute value is a
-    place its writer chose (a flag, the user's own config) and is taken as given."""
+    """The configured path ``value`` (key ``what``) under ``project_root``, once its links resolved
+    lead inside the project (a ``history`` link to ``~`` would write the user's files), else
+    ``RefusedError``. An absolute value is a place its writer chose and is taken as given."""
     target = Path(value)
     if target.is_absolute():
         return target
@@ -116,16 +111,12 @@ def fsync_dir(path: PathLike) -> None:
     """Flush a rename to disk, where the platform can."""
     if sys.platform == "win32":  # directories cannot be opened for fsync on Windows
         return
-    try:
+    with suppress(OSError):  # some file systems refuse fsync on a directory; the rename itself is done
         fd = os.open(os.fspath(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a directory; the rename itself is done
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def move(source: Path, destination: Path) -> None:
@@ -205,7 +196,6 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
-    """Replace ``path`` with UTF-8 ``text`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -215,21 +205,12 @@ def dumps_json(data: Any) -> str:
 
 
 def atomic_write_json(path: PathLike, data: Any) -> None:
-    """Replace ``path`` with ``data`` as canonical JSON, serialised before any file is touched."""
     atomic_write_text(path, dumps_json(data))
 
 
-def append_line(path: PathLike, line: str) -> None:
-    """Append one line to ``path`` (``append_lines``)."""
-    append_lines(path, [line])
-
-
 def append_lines(path: PathLike, lines: Sequence[str]) -> None:
-    """Append ``lines`` to ``path`` with a single ``O_APPEND`` write, then one fsync.
-
-    After a writer killed mid-append, a newline is written first, so the torn fragment stays
-    on its own line and the new lines stay whole.
-    """
+    """Append ``lines`` with a single ``O_APPEND`` write, then one fsync; after a writer killed
+    mid-append a newline comes first, so the torn fragment stays on its own line."""
     if any("\n" in line or "\r" in line for line in lines):
         raise ValueError("append_line: the line must not contain a newline")
     if not lines:
@@ -307,16 +288,7 @@ def project_source(rootdir: Union[str, Path, None]) -> Optional[Source]:
     if not rootdir:
         return None
     root = os.path.realpath(str(rootdir))
-    if not os.path.isdir(root):
-        return None
-    cache: dict[str, Optional[list[str]]] = {}
-
-    def read(path: str) -> Optional[Sequence[str]]:
-        if path not in cache:
-            cache[path] = _read_source(root, path)
-        return cache[path]
-
-    return read
+    return cache(partial(_read_source, root)) if os.path.isdir(root) else None
 
 
 def _read_source(root: str, path: str) -> Optional[list[str]]:

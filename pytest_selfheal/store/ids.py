@@ -1,9 +1,6 @@
-"""Incident ids: ``incident_YYYYMMDD_HHMMSS_<run>`` (UTC) — generation and validation.
-
-Any id that comes from outside (command line, file names, a hand-edited file) goes
-through ``validate_incident_id`` before it is joined to a path, so ``../x``, absolute
-paths, dots, NUL bytes, non-ASCII and very long names never reach the file system.
-"""
+"""Incident ids: ``incident_YYYYMMDD_HHMMSS_<run>`` (UTC). Any id from outside goes through
+``validate_incident_id`` before it is joined to a path, so ``../x``, absolute paths, dots, NUL
+bytes, non-ASCII and very long names never reach the file system."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar, Optional, TypeVar, Union
+from typing import Annotated, Optional, TypeVar, Union
 
 from pytest_selfheal.errors import InputError, NotFoundError, SelfhealError, UsageError, one_line
 from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, PLANS_DIR, RUNS_DIR
@@ -54,8 +54,6 @@ CORRUPTED = "corrupted"
 @dataclass(frozen=True, kw_only=True)
 class IncidentSummary(JsonRecord):
     """An incident as listed: where it is, its status and what its files say of it."""
-
-    KIND: ClassVar[str] = "incident summary"
 
     incident_id: str
     status: str  # status.txt (an IncidentStatus), or CORRUPTED
@@ -118,8 +116,7 @@ class StoreReader:
     def locate(self, incident_id: str) -> tuple[str, Path]:
         """``(bucket, folder)`` of an incident (``InputError`` when two buckets hold it: a hand-made copy)."""
         incident_id = validate_incident_id(incident_id)
-        found = [(bucket, self.bucket_dir(bucket) / incident_id) for bucket in BUCKETS]
-        found = [(bucket, path) for bucket, path in found if path.is_dir()]
+        found = [(bucket, path) for bucket in BUCKETS if (path := self.bucket_dir(bucket) / incident_id).is_dir()]
         if not found:
             raise NotFoundError(f"no incident {incident_id} in {self.root}")
         if len(found) > 1:
@@ -171,7 +168,6 @@ class StoreReader:
     def read_incident(self, incident_id: str) -> Incident:
         """``incident.json``, parsed (``InputError`` naming file and field otherwise); its
         status is a copy, ``status.txt``'s is authoritative."""
-        incident_id = validate_incident_id(incident_id)
         return self._read_incident_at(self.locate(incident_id)[1], incident_id)
 
     def read_status(self, incident_id: str) -> str:

@@ -1,12 +1,4 @@
-"""The on-disk incident store under the reports root (docs/store.md).
-
-```
-error_inbox/<id>/            incident.json status.txt log_tail.txt audit_tail.jsonl context.json
-error_plans/<id>/            plan.json plan.md
-error_runs/<id>/             attempt_01.json attempt_02.json … run_result.json (+ other run files)
-error_archive/resolved/<id>/ error_archive/escalated/<id>/   (the moved inbox folder)
-.lock                        serialises every mutating operation of concurrent processes
-```
+"""The write side of the incident store under the reports root (docs/store.md).
 
 Ids are validated before touching a path; every file is written atomically, here, confined to
 the root and through the redaction boundary; ``status.txt`` is the authoritative status and
@@ -81,14 +73,9 @@ PRUNING_PREFIX = ".pruning_"
 
 
 class Store(StoreReader):
-    """The incident store under one reports root (``.selfheal/`` by default): its reads, and
-    every write (incidents, status transitions, events, plans, attempts, run files and the moves
-    of whole incident folders).
-
-    The one writer of the reports root is also the redaction boundary: every document (keys
-    and values), event and text file goes through ``redactor`` on its way to disk; only
-    patches are written raw (they must apply). Callers holding the settings pass theirs.
-    """
+    """The incident store under one reports root: its reads and every write. The one writer is
+    also the redaction boundary: every document, event and text file goes through ``redactor`` on
+    its way to disk; only patches are written raw (they must apply)."""
 
     def __init__(
         self,
@@ -125,7 +112,6 @@ class Store(StoreReader):
         under the lock. An unknown or invalid id fails before the lock creates anything."""
         self.locate(incident_id)
         with self.lock():
-            incident_id = validate_incident_id(incident_id)
             bucket, folder = self.locate(incident_id)
             yield incident_id, bucket, folder
 
@@ -145,17 +131,11 @@ class Store(StoreReader):
         plan: Optional[PlanBuilder] = None,
         published: Optional[Published] = None,
     ) -> str:
-        """Write a new incident into ``error_inbox/`` and return its id.
-
-        The store fills the record's empty identity and time fields (``_STORE_FILLED``). The
-        folder is built under a temporary name and renamed into place, so a half-made incident
-        never appears; ``events`` (the capture's) are logged in the same build, after
-        ``incident_captured``. ``plan``: built from the incident with its final id, published
-        with it (the incident then ``planned``). ``published``: given the records of
-        ``incident.json`` and ``plan.json`` as a reader parses them back, so that the
-        capture's report need not read them. A record that does not fit its schema, or an
-        unknown event name, is a bug of the caller (``ValueError``).
-        """
+        """Write a new incident into ``error_inbox/`` and return its id; its folder is built under a
+        temporary name and renamed into place, so a half-made incident never appears. ``plan``: built
+        from the incident with its final id and published with it (the incident then ``planned``).
+        ``published``: given the records as a reader parses them back, so a capture need not read them.
+        A record that does not fit its schema, or an unknown event name, is a bug (``ValueError``)."""
         moment = self._now() if now is None else utc(now)
         new, explicit_id = self._new_incident(incident, moment, run)
         log_tail = self.redactor.redact(log_tail)
@@ -201,20 +181,14 @@ class Store(StoreReader):
         the caller gave its id."""
         doc = self._clean({key: value for key, value in incident.to_json().items()
                            if not (key in _STORE_FILLED and value in ("", 0))})
-        if doc.setdefault("status", IncidentStatus.NEW) != IncidentStatus.NEW:
-            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         stamp = ev.format_ts(moment)
-        doc.setdefault("created_at", stamp)
-        doc.setdefault("updated_at", doc["created_at"])
-        doc.setdefault("year", moment.year)
-        doc.setdefault("month", moment.month)
-        doc.setdefault("ym", f"{moment.year:04d}-{moment.month:02d}")
-        doc.setdefault("run_id", new_run_id(moment))
+        doc = {"status": IncidentStatus.NEW, "created_at": stamp, "updated_at": doc.get("created_at", stamp),
+               "year": moment.year, "month": moment.month, "ym": f"{moment.year:04d}-{moment.month:02d}",
+               "run_id": new_run_id(moment), **doc}
+        if doc["status"] != IncidentStatus.NEW:
+            raise ValueError(f"a new incident has status 'new', not {doc['status']!r}")
         explicit_id = "incident_id" in doc
-        if explicit_id:
-            doc["incident_id"] = validate_incident_id(doc["incident_id"])
-        else:
-            doc["incident_id"] = new_incident_id(moment, run)
+        doc["incident_id"] = validate_incident_id(doc["incident_id"]) if explicit_id else new_incident_id(moment, run)
         # Keys sorted at every level, as incident.json has them: the record is then the one a
         # reader parses back from the file (``published``).
         return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
@@ -242,9 +216,8 @@ class Store(StoreReader):
         }, "create incident")
 
     def _publish_plan(self, incident: Incident, plan: PlanBuilder) -> tuple[list[Event], str]:
-        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free) as
-        its folder is built; returns the plan's two events for the incident's log and the text
-        of ``plan.json``: the incident appears already ``planned``, with its plan."""
+        """Build ``error_plans/<id>/`` for the new ``incident`` (under the lock, its id free), so it
+        appears already ``planned``; returns the plan's two events for its log and ``plan.json``'s text."""
         incident_id = incident.incident_id
         built, built_md = plan(incident)
         text = self._text("plan", built, incident_id)  # first: a bad plan fails before any write
@@ -304,7 +277,7 @@ class Store(StoreReader):
 
     def _append_event_at(self, folder: Path, incident_id: str, name: str, data: Mapping[str, object]) -> None:
         record = ev.stamp(ev.pending(name, self._clean(data)), incident_id, ts=self._now())
-        fsio.append_line(self.confined(folder / AUDIT_TAIL_JSONL), ev.encode_event(record))
+        fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(record)])
 
     def append_event(self, incident_id: str, name: str, /, **data: Any) -> Event:
         """Append one event to the incident's ``audit_tail.jsonl``; returns the record."""
@@ -314,9 +287,7 @@ class Store(StoreReader):
         """Append several events in order as one write and one fsync; returns the records."""
         incident_id = validate_incident_id(incident_id)
         events = self._clean_events(events)  # each checked again: before taking the lock
-        self.locate(incident_id)
-        with self.lock():
-            _, folder = self.locate(incident_id)
+        with self.locked(incident_id) as (_, _, folder):
             records = [ev.stamp(event, incident_id, ts=self._now()) for event in events]
             fsio.append_lines(self.confined(folder / AUDIT_TAIL_JSONL), [ev.encode_event(r) for r in records])
             return records
@@ -324,7 +295,6 @@ class Store(StoreReader):
     def write_plan(self, incident_id: str, plan: Plan, plan_md: str) -> Path:
         """Write ``plan.md`` then ``plan.json``; returns plan.json's path. The caller appends
         ``plan_generated`` and moves the status."""
-        incident_id = validate_incident_id(incident_id)
         text = self._text("plan", plan, incident_id)
         plan_md = self.redactor.redact(plan_md)
         with self.locked(incident_id):
@@ -339,13 +309,11 @@ class Store(StoreReader):
     def write_attempt(self, incident_id: str, attempt: Attempt) -> Path:
         """Write ``error_runs/<id>/attempt_XX.json``, never over an existing one
         (``RefusedError``): a resumed loop never rewrites history."""
-        incident_id = validate_incident_id(incident_id)
         return self._write_run(incident_id, attempt_filename(attempt.iteration),
                                self._text("attempt", attempt, incident_id), new=True)
 
     def write_run_result(self, incident_id: str, result: RunResult) -> Path:
         """Write (or replace) ``error_runs/<id>/run_result.json``."""
-        incident_id = validate_incident_id(incident_id)
         return self._write_run(incident_id, RUN_RESULT_JSON, self._text("run_result", result, incident_id))
 
     def write_run_file(self, incident_id: str, name: str, text: str, *, raw: bool = False) -> Path:
@@ -418,8 +386,9 @@ class Store(StoreReader):
         return line if clean == record else ev.encode_line(clean)
 
     def _text(self, kind: str, record: JsonRecord, incident_id: str) -> str:
-        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id``
-        (``ValueError``: a bug of the caller), serialised before any file is touched."""
+        """A record's text as written: redacted, checked to fit ``kind`` and name ``incident_id`` (else
+        ``ValueError``, a bug; an invalid id: ``UsageError``), serialised before any file is touched."""
+        incident_id = validate_incident_id(incident_id)
         doc = self._clean(record.to_json())
         try:
             DOCUMENTS[kind][0].parse(doc, "")
@@ -430,10 +399,9 @@ class Store(StoreReader):
         return fsio.dumps_json(doc)
 
     def archive(self, incident_id: str, bucket: str, *, held: Optional[tuple[str, Incident]] = None) -> Path:
-        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status first
-        (through the table), then ``incident_archived``, then one rename. An incident whose
-        status already is ``bucket`` (an archive killed before its rename) is moved, adding
-        only the missing events. ``held``: ``(status.txt, record)`` as the caller holds them."""
+        """Move ``error_inbox/<id>/`` to ``error_archive/<bucket>/<id>/``: the status (through the table),
+        ``incident_archived``, one rename; an archive killed before its rename is completed.
+        ``held``: ``(status.txt, record)`` as the caller holds them."""
         if bucket not in ARCHIVE_BUCKETS:
             raise UsageError(f"cannot archive as {bucket!r} (expected one of {', '.join(ARCHIVE_BUCKETS)})")
         with self.locked(incident_id) as (incident_id, where, folder):
@@ -463,14 +431,9 @@ class Store(StoreReader):
 
     def reopen(self, incident_id: str, *, continue_run: bool = False) -> tuple[str, str, int]:
         """Move an archived incident back to ``error_inbox/`` as ``planned``, its next loop run
-        starting after its last attempt (``reopened_after_iteration``); the files change in the
-        archive folder, then one rename. A reopen killed before its rename is completed.
-        Returns ``(bucket it came from, status it had, the last attempt)``.
-
-        ``continue_run``: a run saw the stopped failures again with the code changed:
-        ``resumed_after_iteration`` instead, so the old stop is history but the loop run (its
-        budget and counters) goes on.
-        """
+        starting after its last attempt (``reopened_after_iteration``; ``continue_run``: a run saw
+        the failures again with the code changed, ``resumed_after_iteration``: the loop run goes on).
+        A reopen killed before its rename is completed. Returns ``(bucket, status it had, last attempt)``."""
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(
@@ -503,9 +466,8 @@ class Store(StoreReader):
             return bucket, current, after
 
     def prune(self, incident_id: str) -> None:
-        """Delete an archived incident with its plan and run folders. Its folder is first
-        renamed (the incident disappears in one step); a prune killed half-way is completed
-        by the next one. Symbolic links are removed, never followed."""
+        """Delete an archived incident with its plan and run folders: its folder renamed first (gone in
+        one step; the next prune completes a killed one); symbolic links removed, never followed."""
         with self.locked(incident_id) as (incident_id, bucket, folder):
             if bucket == INBOX:
                 raise RefusedError(f"incident {incident_id} is open ({INBOX_DIR}); archive it before pruning")
