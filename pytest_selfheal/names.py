@@ -57,9 +57,9 @@ RECORDER_PLUGIN = "selfheal-recorder"
 
 # A verification's long selection travels in a file selfheal writes under the reports root
 # (``error_runs/<id>/selection.json``), read by the plugin module the child loads with
-# ``-p`` (pytest_selfheal/selection.py); the option naming the file is refused from every
+# ``-p`` (pytest_selfheal/loop/selection.py); the option naming the file is refused from every
 # other source (loop/argcheck.py).
-SELECTION_PLUGIN = "pytest_selfheal.selection"
+SELECTION_PLUGIN = "pytest_selfheal.loop.selection"
 SELECTION_OPTION = "--selfheal-selection-file"
 SELECTION_FILE = "selection.json"
 SELECTION_FORMAT = "selfheal_selection"  # the key holding the format's version (1)

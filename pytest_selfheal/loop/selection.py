@@ -1,18 +1,12 @@
-"""The selection channel of a verification run: the exact node ids, read from a file selfheal wrote.
+"""The ``-p`` plugin a verification's child loads to read its selection (the exact node ids)
+from a file selfheal wrote: a long list does not fit a command line, and pytest's ``@file``
+arguments (pytest >= 8.2) would read a file of anyone's.
 
-A verification selects exactly the failing node ids, however many. A long list does not fit
-a command line (an argument over the kernel's limit, or Windows' 32,767 characters), and
-pytest's ``@file`` arguments only exist from pytest 8.2 and would read a file of anyone's:
-the loop writes the node ids under the reports root (``error_runs/<id>/selection.json``) and
-starts the child with ``-p pytest_selfheal.selection --selfheal-selection-file=<that file>``.
-
-This module is that ``-p`` plugin, never the entry-point plugin (so it is never registered
-twice). Its :func:`pytest_load_initial_conftests` — the documented way to change the
-arguments before they are parsed — puts the file's node ids where the option was, so
-pytest parses them like node ids typed on the command line (the initial conftests of their
-folders included). The option is deliberately not registered: a child where this hook did
-not run stops on "unrecognized arguments" instead of running the whole suite, and so does a
-missing, unreadable or garbled file (one ``ERROR:`` line, exit 4).
+It is never the entry-point plugin (so never registered twice). Its hook puts the file's node
+ids where the option was, so pytest parses them like node ids typed on the command line (the
+initial conftests of their folders included). The option is deliberately not registered: a
+child where this hook did not run stops on "unrecognized arguments" instead of running the
+whole suite, and so does a missing or garbled file (one ``ERROR:`` line, exit 4).
 """
 
 from __future__ import annotations
