@@ -71,7 +71,6 @@ from pytest_selfheal.repair.worktree import (
     create,
     remove_recorded,
     user_state,
-    worktree_record,
 )
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -410,7 +409,9 @@ def repair_loop(
             remove_recorded(WorktreeRecord.from_json(fsio.read_json(record), str(record)))
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
-            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
+            # What the next run needs to remove this worktree if this one is killed.
+            wt_record = WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
+            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(wt_record.to_json()))
             incident = state.incident if state is not None else incident or store.read_incident(incident_id)
             attempts = state.attempts if state is not None else store.read_attempts(incident_id)
             accepted = _accepted_patch(attempts, reopened_after(incident))

@@ -1,19 +1,17 @@
-"""Isolated git worktrees for repair providers (edge: git, files; docs/repair.md "Isolation",
-"A provider is not a sandbox").
+"""Isolated git worktrees for repair providers (edge: git, files; docs/repair.md "Isolation").
 
-The user's state (uncommitted changes included) is snapshotted as a git tree through a copy
-of their index, so their index and files are never touched, and checked out in a detached
-worktree at their ``HEAD``. Every later state is a tree too: a repair's diff is ``diff-tree
-<before> <after>`` whatever the provider did to ``HEAD``. Git runs with an empty hooks path.
+The user's state, uncommitted changes included, is snapshotted as a git tree through a copy of
+their index (their index and files are never touched) and checked out in a detached worktree
+at their ``HEAD``; every later state is a tree too, so a repair's diff is ``diff-tree <before>
+<after>`` whatever the provider did to ``HEAD``. Git runs with an empty hooks path.
 
-Ignored files a project imports or reads (a generated ``_version.py``, test data) are carried
-in, bounded, smallest first: never environments, caches, build trees or install metadata (a
-second ``*.dist-info`` registers entry points twice), and a link only as a copy of what it
-points to inside the project (a live link lets the provider write through it).
+Ignored files a project reads (a generated ``_version.py``, test data) are carried in, bounded,
+smallest first: never environments, caches, build trees or install metadata (a second
+``*.dist-info`` registers entry points twice), and a link only as a copy of what it points to
+inside the project (a live link lets the provider write through it).
 
-A provider runs with the user's permissions: an escape is detected, not prevented. The
-user's side is fingerprinted before and after each call; any difference stops the loop with
-``provider_escaped``.
+A provider runs with the user's permissions: an escape is detected (the user's side is
+fingerprinted before and after each call), not prevented.
 """
 
 from __future__ import annotations
@@ -31,7 +29,16 @@ from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, ignored, repo_top, run_git
+from pytest_selfheal.gitrepo import (
+    JUNK_PATHSPECS,
+    GitFailed,
+    hash_file,
+    ignored,
+    relative_inside,
+    remove_worktree,
+    repo_top,
+    run_git,
+)
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.store.fsio import within
 
@@ -147,18 +154,9 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
 
 
-def _relative_inside(path: Path, top: Path) -> Optional[str]:
-    try:
-        rel = Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(top)))
-    except ValueError:
-        return None
-    text = rel.as_posix()
-    return "" if text == "." else text
-
-
 def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> list[str]:
     """``:(exclude)`` pathspecs for the paths of ``exclude`` inside ``top``, plus the junk caches."""
-    inside = [rel for rel in (_relative_inside(path, top) for path in exclude) if rel]
+    inside = [rel for rel in (relative_inside(path, top) for path in exclude) if rel]
     # An ignored path is left out anyway, and naming it makes `git add` fail.
     left_out = ignored(top, inside)
     return [f":(exclude,literal){rel}" for rel in inside if rel not in left_out] + list(JUNK_PATHSPECS)
@@ -258,23 +256,6 @@ class Worktree:
             remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
 
 
-def remove_worktree(repo: Path, path: Path, scratch: Path, warnings: Optional[list[str]] = None) -> None:
-    """Remove a worktree of ``repo`` at ``path`` and its scratch directory; never raises."""
-    notes = warnings if warnings is not None else []
-    hooks = scratch / "hooks" if (scratch / "hooks").is_dir() else None
-    if path.exists():
-        try:
-            run_git(repo, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
-        except GitFailed as exc:
-            notes.append(f"git worktree remove {path}: {exc.first_line}")
-            shutil.rmtree(path, ignore_errors=True)
-    try:
-        run_git(repo, ["worktree", "prune"], hooks_dir=hooks)
-    except GitFailed as exc:
-        notes.append(f"git worktree prune: {exc.first_line}")
-    shutil.rmtree(scratch, ignore_errors=True)
-
-
 def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Worktree:
     """A new worktree holding the current state of the repository containing ``project_root``,
     ``exclude`` (the reports root) left out. ``RefusedError`` outside git or when git fails."""
@@ -288,13 +269,13 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
         head = run_git(top, ["rev-parse", "--verify", "HEAD^{commit}"], hooks_dir=hooks).decode().strip()
         base = _snapshot_tree(top, scratch, excludes, hooks)
         run_git(top, ["worktree", "add", "--detach", "--no-checkout", str(path), head], hooks_dir=hooks)
-        wt = Worktree(top, path, _relative_inside(project_root, top) or "", head, base, excludes, scratch)
+        wt = Worktree(top, path, relative_inside(project_root, top) or "", head, base, excludes, scratch)
         # Check out the user's state, keep that index (with the checkout's stat data) for the
         # snapshots, then point the index back at HEAD: uncommitted changes show as such here too.
         wt.git(["read-tree", "--reset", "-u", base])
         shutil.copyfile(_git_path(path, "index", hooks), scratch / "index.snapshot")
         wt.reset_head()
-        carried = carry_ignored(top, path, [rel for rel in (_relative_inside(p, top) for p in exclude) if rel])
+        carried = carry_ignored(top, path, [rel for rel in (relative_inside(p, top) for p in exclude) if rel])
         wt.carried = carried.paths
         if carried.left_out:
             wt.warnings.append(
@@ -355,11 +336,6 @@ def apply_patch(top: Path, patch: bytes) -> None:
         raise RefusedError(f"git apply failed in {top}: {exc.first_line}") from None
 
 
-def worktree_record(wt: Worktree) -> WorktreeRecord:
-    """What ``worktree.json`` holds so that the next run removes a killed run's worktree."""
-    return WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
-
-
 def remove_recorded(record: WorktreeRecord) -> None:
     """Remove a killed run's leftover worktree; never raises. Only a ``selfheal-*`` directory of
     the system temp directory is deleted: a hand-edited record cannot point anywhere else."""
@@ -379,12 +355,10 @@ def _digest_file(path: Path) -> str:
     try:
         if path.is_symlink():
             digest.update(b"link:" + os.fsencode(os.readlink(path)))
-            return digest.hexdigest()
-        digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:  # gone, unreadable, a directory: still a state
+        else:
+            digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+            hash_file(digest, path)
+    except OSError as exc:  # gone, a directory: still a state
         digest.update(f"error:{type(exc).__name__}".encode())
     return digest.hexdigest()
 
@@ -398,9 +372,9 @@ def _git(top: Path, args: Sequence[str]) -> bytes:
 
 def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None,
                carried: Sequence[str] = ()) -> dict[str, str]:
-    """The fingerprint of the user's repository at ``top``, ``exclude`` (the reports root the
-    loop writes) left out; ``records``: name → file of the documents the verdict is read from
-    (a plan rewritten to select a passing test is an escape too)."""
+    """The fingerprint of the user's repository at ``top``, ``exclude`` (the reports root) left
+    out; ``records``: name → file of the documents the verdict is read from (a plan rewritten
+    to select a passing test is an escape too)."""
     entries: dict[str, str] = {name: _digest_file(path) for name, path in (records or {}).items()}
     for rel in carried:
         # What the copy was made from, links resolved: a write reaching it is an escape.
