@@ -38,7 +38,6 @@ KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
 TAIL_LINES = 200
-CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
 #: Variables never passed to a child, whatever their name (docs/action.md "Security").
 WITHHELD_TOKENS: tuple[str, ...] = (
@@ -276,54 +275,28 @@ def _spawn(
 
 
 class _Pump(threading.Thread):
-    """Drains a child's pipe into the output file and the line callback, in pieces of at most
-    ``limit`` bytes. A callback that raises is not called again (the pipe is still drained so
-    the child never blocks); :func:`run` raises its exception once the child is gone."""
+    """Drains a child's pipe into the output file and the line callback, a line longer than
+    ``limit`` bytes in pieces. A callback that raises is not called again (the pipe is still
+    drained so the child never blocks); :func:`run` raises its exception once the child is gone."""
 
     def __init__(self, pipe: IO[bytes], sink: Optional[IO[bytes]], on_line: LineSink, limit: int) -> None:
         super().__init__(name="selfheal-output", daemon=True)
-        self.pipe = pipe
-        self.sink = sink
-        self.on_line = on_line
-        self.limit = max(1, limit)
-        self.pending = bytearray()
+        self.pipe, self.sink, self.on_line, self.limit = pipe, sink, on_line, max(1, limit)
         self.error: Optional[BaseException] = None
 
-    def _emit(self, line: bytes) -> None:
-        for start in range(0, len(line), self.limit):
-            if self.error is None:
-                try:
-                    self.on_line(line[start:start + self.limit])
-                except Exception as exc:
-                    self.error = exc
-
-    def _feed(self, data: bytes) -> None:
-        start = 0
-        while (newline := data.find(b"\n", start)) >= 0:
-            self._emit(bytes(self.pending) + data[start:newline + 1])
-            self.pending.clear()
-            start = newline + 1
-        self.pending += data[start:]
-        while len(self.pending) >= self.limit:
-            self._emit(bytes(self.pending[: self.limit]))
-            del self.pending[: self.limit]
-
     def run(self) -> None:
-        fd = self.pipe.fileno()
-        while True:
-            try:
-                data = os.read(fd, CHUNK_BYTES)
-            except OSError:
-                break
-            if not data:
-                break
-            if self.sink is not None:
-                try:
-                    self.sink.write(data)
-                except (OSError, ValueError):  # disk full, or closed after an abandoned wait
-                    self.sink = None
-            self._feed(data)
-        self._emit(bytes(self.pending))
+        with contextlib.suppress(OSError, ValueError):  # the pipe closed under us
+            for piece in iter(lambda: self.pipe.readline(self.limit), b""):
+                if self.sink is not None:
+                    try:
+                        self.sink.write(piece)
+                    except (OSError, ValueError):  # disk full, or closed after an abandoned wait
+                        self.sink = None
+                if self.error is None:
+                    try:
+                        self.on_line(piece)
+                    except Exception as exc:
+                        self.error = exc
 
 
 def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
@@ -512,24 +485,6 @@ def _recorded(shared: Path) -> dict[str, str]:
     return recorded if isinstance(recorded, dict) else {}
 
 
-def _trusted(shared: Path) -> dict[str, str]:
-    """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
-    with FileLock(shared / ".lock", _LOCK_SECONDS):
-        recorded = _recorded(shared)
-        kept: dict[str, str] = {}
-        for rel in _bytecode_files(str(shared)):
-            path = os.path.join(shared, rel)
-            with contextlib.suppress(OSError):
-                if recorded.get(rel) == _signature(path):
-                    kept[rel] = recorded[rel]
-                else:
-                    os.unlink(path)
-        if kept != recorded:  # what was removed is compiled again after the next run
-            with contextlib.suppress(OSError):
-                _write_manifest(shared, kept)
-        return kept
-
-
 def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
     handle, temp = tempfile.mkstemp(dir=shared, prefix=".trusted-")
     with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -538,31 +493,36 @@ def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
-    """A new bytecode cache folder (the caller removes it) holding the trusted installed bytecode."""
+    """A new bytecode cache folder (the caller removes it) holding the shared cache's files still
+    as selfheal compiled them; every other file of the shared cache is removed."""
     cache = tempfile.mkdtemp(prefix="pycache-", dir=inside)
     shared = _shared(env)
     if shared is None or not shared.is_dir():
         return cache
-    try:
-        trusted = _trusted(shared)
-    except (OSError, StoreIOError):
-        return cache  # compiled afresh: slower, never wrong
-    made: set[str] = set()
-    for rel in trusted:
-        folder = os.path.join(cache, os.path.dirname(rel))
-        try:
-            if folder not in made:
-                os.makedirs(folder, exist_ok=True)
-                made.add(folder)
-            # A hard link: Python writes bytecode to a new file renamed into place, so a run's
-            # writes replace its link and never reach the shared file; one altered in place
-            # fails the next run's check.
-            try:
-                os.link(os.path.join(shared, rel), os.path.join(cache, rel))
-            except OSError:  # across file systems
-                shutil.copyfile(os.path.join(shared, rel), os.path.join(cache, rel))
-        except OSError:
-            continue  # compiled afresh: slower, never wrong
+    # Whatever fails is compiled afresh: slower, never wrong.
+    with contextlib.suppress(OSError, StoreIOError), FileLock(shared / ".lock", _LOCK_SECONDS):
+        recorded = _recorded(shared)
+        kept: dict[str, str] = {}
+        made: set[str] = set()
+        for rel in _bytecode_files(str(shared)):
+            source, target = os.path.join(shared, rel), os.path.join(cache, rel)
+            with contextlib.suppress(OSError):
+                if recorded.get(rel) != _signature(source):
+                    os.unlink(source)
+                    continue
+                kept[rel] = recorded[rel]
+                if os.path.dirname(target) not in made:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    made.add(os.path.dirname(target))
+                # A hard link: Python writes bytecode to a new file renamed into place, so a run's
+                # writes replace its link and never reach the shared file; one altered in place
+                # fails the next run's check.
+                try:
+                    os.link(source, target)
+                except OSError:  # across file systems
+                    shutil.copyfile(source, target)
+        if kept != recorded:  # what was removed is compiled again after the next run
+            _write_manifest(shared, kept)
     return cache
 
 

@@ -1,14 +1,11 @@
 """One repair run: the loop with a provider in an isolated worktree (edge: subprocesses, git;
-docs/repair.md).
-
-:func:`repair_loop` wraps the loop with a worktree of the user's state (replaying the last
-accepted patch on resume), the provider, and the close-out: the final patch and the approval
-to apply it. The worktree is removed whatever happens, Ctrl-C included.
+docs/repair.md), then the final patch and the approval to apply it. The worktree is removed
+whatever happens, Ctrl-C included.
 
 The provider is the ``pytest_selfheal_repair`` hooks (the first answer wins), else
-``repair.command`` (an argv list, its own process group, a timeout, a redacted log). Its result
-is read from the worktree's diff, never from what it claims; a provider that failed, or a diff
-out of scope nobody approved, is rolled back: each verification sees the accepted state.
+``repair.command``. Its result is read from the worktree's diff, never from what it claims; a
+provider that failed, or a diff out of scope nobody approved, is rolled back: each
+verification sees the accepted state.
 """
 
 from __future__ import annotations
@@ -156,10 +153,9 @@ class RepairSession:
         self.policy = LoopPolicy.from_settings(effective.settings)
         self.results: list[RepairBlock] = []
 
-    def __call__(self, *, incident_id: str, iteration: int, store: Optional[Store] = None, plan: Plan,
-                 last_attempt: Optional[Attempt] = None, observations: Sequence[Any] = (), **_: Any) -> RepairBlock:
+    def __call__(self, *, incident_id: str, iteration: int, store: Store, plan: Plan,
+                 observations: Sequence[Any], **_: Any) -> RepairBlock:
         """One repair before verification ``iteration`` (the attempt number): the attempt's repair block."""
-        store = store or self.store
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         loop_iteration = max(1, len(observations))  # this iteration's number within the run
