@@ -357,8 +357,7 @@ def run(
     pump: Optional[_Pump] = None
     if output_path is not None:
         output_path.parent.mkdir(parents=True, exist_ok=True)
-    sink = open(output_path, "wb") if output_path is not None else None
-    try:
+    with open(output_path, "wb") if output_path is not None else contextlib.nullcontext() as sink:
         stdout: int | IO[bytes] = (
             subprocess.PIPE if on_line is not None else sink if sink is not None else subprocess.DEVNULL
         )
@@ -384,9 +383,6 @@ def run(
             timed_out = _wait(proc, timeout_seconds, kill_grace, pump, cancel)
         finally:
             _REAPER.forget(proc.pid)
-    finally:
-        if sink is not None:
-            sink.close()
     if pump is not None and pump.error is not None:
         raise pump.error
     code = None if timed_out else proc.returncode

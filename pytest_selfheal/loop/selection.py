@@ -18,19 +18,7 @@ import pytest
 from pytest_selfheal.names import SELECTION_FORMAT, SELECTION_OPTION
 
 _PREFIX = SELECTION_OPTION + "="
-
-
-def read_selection(path: str) -> list[str]:
-    """The node ids of a selection file; ``ValueError`` (one line) when it is not one."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    nodeids = doc.get("nodeids") if isinstance(doc, dict) and doc.get(SELECTION_FORMAT) == 1 else None
-    if not isinstance(nodeids, list) or not nodeids or not all(isinstance(n, str) and n for n in nodeids):
-        raise ValueError(f"{path} is not a selection file (a non-empty list of node ids)")
-    return nodeids
+_BAD = "selfheal: the verification's selection file: "
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
@@ -40,15 +28,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         return
     if len(where) > 1:
         raise pytest.UsageError(f"selfheal: {SELECTION_OPTION} given {len(where)} times")
+    path = args[where[0]][len(_PREFIX):]
     try:
-        nodeids = read_selection(args[where[0]][len(_PREFIX):])
-    except ValueError as exc:
-        raise pytest.UsageError(f"selfheal: the verification's selection file: {exc}") from None
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise pytest.UsageError(f"{_BAD}cannot read {path}: {exc}") from None
+    nodeids = doc.get("nodeids") if isinstance(doc, dict) and doc.get(SELECTION_FORMAT) == 1 else None
+    if not isinstance(nodeids, list) or not nodeids or not all(isinstance(n, str) and n for n in nodeids):
+        raise pytest.UsageError(f"{_BAD}{path} is not a selection file (a non-empty list of node ids)")
     args[where[0]:where[0] + 1] = nodeids
     # pytest's own hook (trylast, after this one) finds the initial conftests from the
     # arguments it parsed before: the node ids' folders join them, as on a command line.
     namespace = early_config.known_args_namespace
     namespace.file_or_dir = [*(namespace.file_or_dir or ()), *nodeids]
-
-
-__all__ = ["pytest_load_initial_conftests", "read_selection"]
