@@ -1,8 +1,6 @@
-"""Extension points of pytest-selfheal, registered with ``pytest_addhooks``.
-
-This module *is* the plugin API. Implement these hooks in a ``conftest.py`` or a pytest
-plugin; for the ``selfheal`` command (outside pytest) register a module exposing them
-under the entry-point group ``pytest_selfheal`` (docs/hooks.md).
+"""The plugin API of pytest-selfheal: implement these hooks in a ``conftest.py`` or a pytest
+plugin; for the ``selfheal`` command, in a module of the entry-point group ``pytest_selfheal``
+(docs/hooks.md).
 """
 
 from __future__ import annotations

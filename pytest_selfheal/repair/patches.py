@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,32 +89,15 @@ class PatchSummary:
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
     """``(link, target)`` of every section that makes a symlink (the target is its added line)."""
     found: list[tuple[str, Optional[str]]] = []
-    link: Optional[str] = None
-    header_path = ""
-    target: Optional[str] = None
-    in_hunk = False
-
-    def close() -> None:
-        if link is not None:
-            found.append((link, target))
-
-    for raw in patch.split(b"\n"):
-        line = raw.decode("utf-8", errors="surrogateescape")
-        if line.startswith("diff --git "):
-            close()
-            link, target, in_hunk = None, None, False
-            header_path = line.rsplit(" b/", 1)[-1] if " b/" in line else line[len("diff --git "):]
+    for section in re.split(rb"(?m)^(?=diff --git )", patch):
+        head, _, body = section.decode("utf-8", errors="surrogateescape").partition("\n@@")
+        lines = head.split("\n")
+        if not lines[0].startswith("diff --git ") or not any(
+                line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}") for line in lines):
             continue
-        if not in_hunk and line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}"):
-            link = header_path
-        elif not in_hunk and line.startswith("+++ ") and link is not None:
-            name = line[4:].strip()
-            link = name[2:] if name.startswith("b/") else link
-        elif line.startswith("@@"):
-            in_hunk = True
-        elif in_hunk and link is not None and target is None and line.startswith("+"):
-            target = line[1:]
-    close()
+        link = lines[0].rsplit(" b/", 1)[-1] if " b/" in lines[0] else lines[0][len("diff --git "):]
+        link = next((line[4:].strip()[2:] for line in lines if line.startswith("+++ b/")), link)
+        found.append((link, next((line[1:] for line in body.split("\n")[1:] if line.startswith("+")), None)))
     return found
 
 

@@ -130,8 +130,7 @@ def _chdir(path: Path) -> Iterator[None]:
 
 
 class RepairSession:
-    """The loop's provider for one run: asks hooks then the command, inspects the worktree's
-    diff, checks the scope, records patches and events."""
+    """The loop's provider for one run: asks the hooks, then the command, and inspects the diff."""
 
     def __init__(self, store: Store, incident_id: str, *, effective: EffectiveConfig, worktree: Worktree,
                  approver: Approver, pluginmanager: Optional[pluggy.PluginManager] = None, say: Optional[Say] = None,
@@ -355,8 +354,7 @@ _REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
-    """Plan actions whose target paths the diff touched; all when none (a diff within the globs
-    still works on the whole plan)."""
+    """Plan actions whose target paths the diff touched; all when none (a diff within the globs)."""
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]
@@ -389,9 +387,8 @@ def repair_loop(
     state: Optional[LoopRun] = None,
 ) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree (``RefusedError``
-    outside git), write ``final.patch`` and, when the incident is resolved and approved, apply
-    it to the user's working tree; else say ``selfheal apply ID``. ``hook_rules`` None asks
-    ``pluginmanager``, so verification runs classify like the capture."""
+    outside git), write ``final.patch`` and apply it when resolved and approved. ``hook_rules``
+    None asks ``pluginmanager``, so verification runs classify like the capture."""
     incident_id = validate_incident_id(incident_id)
     say: Say = out or (lambda line: None)
     pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()

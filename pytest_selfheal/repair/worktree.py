@@ -83,8 +83,8 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
 
 
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
-    """What the ignored entry ``rel`` of ``top`` holds, with every link on the way resolved,
-    when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
+    """The ignored entry ``rel`` of ``top``, links resolved, when that is inside ``top`` and not
+    in the ``exclude`` prefixes (or ``.git``)."""
     base, real = os.path.realpath(top), os.path.realpath(top / rel)
     if not within(real, base) or real == base:
         return None
@@ -116,8 +116,7 @@ def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
 
 
 def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
-    """The size and path of the regular file ``rel`` is copied from; None for a link leading
-    out, a dangling link, a FIFO."""
+    """The size and path of the regular file ``rel`` is copied from (None: not one inside)."""
     source = real_source(top, rel, prefixes)
     try:
         info = source.stat() if source is not None else None
@@ -128,8 +127,7 @@ def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tupl
 
 def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
                   max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Carried:
-    """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``,
-    smallest first within the bounds; git's checkout wins over a carried file."""
+    """Copy the ignored files of ``top`` worth carrying under ``dest``, smallest first within the bounds."""
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
     sized = sorted((found[0], rel, found[1]) for rel in ignored_files(top, prefixes)
                    if (found := _sized_source(top, rel, prefixes)) is not None)
@@ -213,9 +211,8 @@ class Worktree:
         return run_git(self.path, args, env=env, hooks_dir=self.scratch / "hooks")
 
     def snapshot(self) -> str:
-        """The tree of the worktree's current state. It starts from an index of ``base``, not of
-        ``HEAD``: an ignored file of the user's state (``git add -f``) stays in every snapshot
-        unless the provider deletes it. Carried ignored files are in no index."""
+        """The tree of the worktree's current state, from an index of ``base`` (not ``HEAD``): an
+        ignored file of the user's state (``git add -f``) stays unless the provider deletes it."""
         return _write_tree(self.path, self.scratch / "index.snapshot", self.excludes, self.scratch / "hooks")
 
     def reset_head(self) -> None:
@@ -257,8 +254,8 @@ class Worktree:
 
 
 def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Worktree:
-    """A new worktree holding the current state of the repository containing ``project_root``,
-    ``exclude`` (the reports root) left out. ``RefusedError`` outside git or when git fails."""
+    """A worktree of the current state of the repository containing ``project_root``, ``exclude``
+    (the reports root) left out; ``RefusedError`` outside git or when git fails."""
     top = repo_top(project_root)
     scratch = Path(tempfile.mkdtemp(prefix="selfheal-")).resolve()
     hooks = scratch / "hooks"
@@ -320,8 +317,8 @@ def check_patch(top: Path, patch: bytes) -> PatchCheck:
 
 
 def apply_patch(top: Path, patch: bytes) -> None:
-    """Apply ``patch`` to the working tree at ``top`` (files only, never the index); one that
-    does not apply cleanly changes nothing and is a ``RefusedError`` with git's reason."""
+    """Apply ``patch`` to the files at ``top`` (never the index); ``RefusedError``, nothing
+    changed, when it does not apply cleanly."""
     verdict = check_patch(top, patch)
     if verdict.already_applied:
         raise RefusedError(f"the patch is already applied to {top}")
