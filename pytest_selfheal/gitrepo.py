@@ -169,10 +169,8 @@ def _parse_status(raw: bytes) -> _Status:
     branch: Optional[str] = None
     changed = False
     untracked = 0
-    entries = raw.split(b"\0")
-    index = 0
-    while index < len(entries):
-        entry = entries[index]
+    entries = iter(raw.split(b"\0"))
+    for entry in entries:
         if entry.startswith(b"# branch.oid "):
             oid = entry[len(b"# branch.oid "):].decode("ascii", "replace")
             head = None if oid == "(initial)" else oid
@@ -184,8 +182,7 @@ def _parse_status(raw: bytes) -> _Status:
         elif entry[:2] in (b"1 ", b"2 ", b"u "):
             changed = True
             if entry[:2] == b"2 ":
-                index += 1  # a rename's original path is the next field
-        index += 1
+                next(entries, None)  # a rename's original path is the next field
     return _Status(head, branch, changed, untracked)
 
 

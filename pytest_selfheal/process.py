@@ -39,10 +39,6 @@ CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
 TAIL_LINES = 200
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
-#: Variables never passed to a child, whatever their name (docs/action.md "Security").
-WITHHELD_TOKENS: tuple[str, ...] = (
-    "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
-)
 #: The runner's command files: a line a test appends to one of them reaches the job's later
 #: steps (``BASH_ENV=…`` in ``$GITHUB_ENV`` runs in the step that holds the token).
 RUNNER_COMMAND_FILES: tuple[str, ...] = (
@@ -51,9 +47,10 @@ RUNNER_COMMAND_FILES: tuple[str, ...] = (
 
 
 def token_named(name: str) -> bool:
-    """``*TOKEN*`` in any case, selfheal's own ``SELFHEAL_*`` variables aside."""
+    """``*TOKEN*`` in any case (``GH_TOKEN``, ``ACTIONS_RUNTIME_TOKEN``), selfheal's own
+    ``SELFHEAL_*`` variables aside (docs/action.md "Security")."""
     upper = name.upper()
-    return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
+    return "TOKEN" in upper and not upper.startswith("SELFHEAL_")
 
 
 def withheld(name: str) -> bool:
