@@ -85,10 +85,8 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
     """The ignored entry ``rel`` of ``top``, links resolved, when that is inside ``top`` and not
     in the ``exclude`` prefixes (or ``.git``)."""
-    base, real = os.path.realpath(top), os.path.realpath(top / rel)
-    if not within(real, base) or real == base:
-        return None
-    return None if _inside(Path(real).relative_to(base).as_posix(), [*exclude, ".git"]) else Path(real)
+    inside = relative_inside(top / rel, top)
+    return None if not inside or _inside(inside, [*exclude, ".git"]) else Path(os.path.realpath(top / rel))
 
 
 def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
