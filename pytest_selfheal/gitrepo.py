@@ -286,18 +286,12 @@ class GitFailed(Exception):
 
     def __init__(self, args: Sequence[str], status: Optional[int], stderr: str) -> None:
         self.args_list = list(args)
-        self.status = status
         self.stderr = stderr
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        # The most useful line of git's error output: its message.
+        self.first_line = next((line for line in lines if line.startswith(("error:", "fatal:"))),
+                               lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {status}")
         super().__init__(self.first_line)
-
-    @property
-    def first_line(self) -> str:
-        """The most useful line of git's error output."""
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
-        for line in lines:
-            if line.startswith(("error:", "fatal:")):
-                return line
-        return lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {self.status}"
 
 
 def run_git(
