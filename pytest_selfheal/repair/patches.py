@@ -215,10 +215,7 @@ def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
     asked) and note it in ``run_result.json``."""
     with isolated_git_env():
         apply_patch(proposed.working_tree, proposed.patch)
-    _record_applied(store, proposed.incident_id, proposed.working_tree)
-
-
-def _record_applied(store: Store, incident_id: str, top: Path) -> None:
+    incident_id, top = proposed.incident_id, proposed.working_tree
     existing = store.read_run_result(incident_id)
     if existing is None:
         return

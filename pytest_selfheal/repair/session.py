@@ -294,7 +294,7 @@ class RepairSession:
             keys=_BLOCK_KEYS if not self.not_redirected else _REDIRECTED_BLOCK_KEYS,
             extra=(("code_path_not_redirected", tuple(self.not_redirected)),) if self.not_redirected else (),
         )
-        if call.status in ("timeout", "crashed", "gave_up", "declined"):
+        if call.status != "done":
             # No new evidence may leak into the next verification: roll back partial edits.
             self.wt.restore(before)
             outcome = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
@@ -453,13 +453,11 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
     resolved = result.final_status == FinalStatus.RESOLVED
-    final_patch: Optional[str] = None
     applied = False
     command: Optional[str] = None  # the apply command, when the patch may be applied by hand
     message = ""
     if patch.strip():
         path = write_patch(store, incident_id, FINAL_PATCH, patch)
-        final_patch = FINAL_PATCH
         store.append_event(incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final",
                            diffId=FINAL_PATCH, patch=FINAL_PATCH, files_changed=files, final=True)
         text = patch.decode("utf-8", errors="replace")
@@ -519,7 +517,7 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
             except OSError as exc:
                 raise fsio.io_error("remove", stale, exc) from None
         message = "no change was proposed" if not resolved else "resolved without a code change"
-    repair = RunRepair(final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files),
+    repair = RunRepair(final_patch=FINAL_PATCH if patch.strip() else None, applied=applied, apply_command=command, files_changed=tuple(files),
                        message=message, provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS)
     existing = state.run_result if state is not None else store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):

@@ -113,22 +113,17 @@ def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
     return found[:_MAX_SEEN]
 
 
-def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
-    """The size and path of the regular file ``rel`` is copied from (None: not one inside)."""
-    source = real_source(top, rel, prefixes)
-    try:
-        info = source.stat() if source is not None else None
-    except OSError:
-        return None
-    return (info.st_size, source) if source is not None and info is not None and stat.S_ISREG(info.st_mode) else None
-
-
 def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
                   max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Carried:
     """Copy the ignored files of ``top`` worth carrying under ``dest``, smallest first within the bounds."""
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
-    sized = sorted((found[0], rel, found[1]) for rel in ignored_files(top, prefixes)
-                   if (found := _sized_source(top, rel, prefixes)) is not None)
+    sized: list[tuple[int, str, Path]] = []
+    for rel in ignored_files(top, prefixes):
+        source = real_source(top, rel, prefixes)
+        with contextlib.suppress(OSError):  # only a regular file inside: never a FIFO, a dangling link
+            if source is not None and stat.S_ISREG((info := source.stat()).st_mode):
+                sized.append((info.st_size, rel, source))
+    sized.sort()
     home = os.path.realpath(dest)
     copied: list[str] = []
     used = left_out = left_bytes = 0
