@@ -25,9 +25,8 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with every character a terminal acts on (a line break, an escape sequence, a
-    bidi override) shown escaped: ``\\n``, ``\\x1b``, ``\\u202e``. For a line built from
-    names a test or a patch chose."""
+    """``text`` with every character a terminal acts on (a line break, an escape sequence, a bidi
+    override) escaped: for a line built from names a test or a patch chose."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

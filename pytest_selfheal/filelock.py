@@ -69,7 +69,6 @@ if sys.platform == "win32":
 else:
 
     def _try_lock(fd: int) -> bool:
-        """One non-blocking attempt at the OS lock; False when another process holds it."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

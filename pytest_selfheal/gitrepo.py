@@ -1,32 +1,13 @@
-"""The one home of git: every git command and gitpython call of the package (edge: git).
+"""The one home of git: every git command and gitpython call of the package, each an argv
+list, never a shell (edge: git). The snapshot runs the git binary as gitpython would: importing
+gitpython costs more than a capture's whole git work; only the demo's repository uses it.
 
-No other module imports ``git`` (an import-linter contract in pyproject.toml) or runs the
-``git`` binary. Every command here is an argv list, never a shell.
-
-- the working-tree diff hash the loop's progress check compares and the git part of an
-  incident's ``context.json``, read in one pass by :func:`git_snapshot`, running the git
-  binary with the commands and environment gitpython used: importing gitpython costs more
-  than a capture's whole git work;
-- the commands of the repair worktrees (:func:`run_git`, :func:`repo_top`;
-  ``repair/worktree.py`` holds what they are for);
-- what a pull request changed (:func:`changed_lines`) and its base revision checked out
-  beside it (:func:`base_checkout`), for the check of new tests;
-- a committed repository for the demo (:func:`init_repo`).
-
-The diff hash. Progress includes "the code diff (gitpython, hashed) changed". The
-hash covers everything a code change can touch in the repository containing the project:
-
-- ``git diff HEAD --no-ext-diff --binary`` — staged and unstaged changes of tracked
-  files, binary-safe, never through a user's external diff driver;
-- the paths and contents of untracked, non-ignored files (``git ls-files --others
-  --exclude-standard -z``) — a new module an agent wrote counts as a change;
-- the commit HEAD points at — an agent that *commits* its fix between two iterations
-  leaves ``git diff HEAD`` empty both times, and that is a code change too.
-
-The reports root (``.selfheal/`` by default) usually lives inside the tree and changes
-at every iteration: it is excluded explicitly by pathspec (and should be in .gitignore).
-So is every file in a hidden folder (``.claude/``, ``.vscode/``, ``.github/``): a coding
-agent's or an editor's settings, where pytest collects nothing.
+The diff hash (the loop's "code diff changed") covers what a code change can touch in the
+repository containing the project: ``git diff HEAD --binary`` (never an external diff
+driver), the paths and contents of untracked, non-ignored files (a new module counts), and
+the commit HEAD points at (an agent that commits its fix leaves ``git diff HEAD`` empty).
+Left out by pathspec: the reports root, which changes at every iteration, and every file in
+a hidden folder (``.claude/``, ``.vscode/``: an agent's or editor's settings, no tests).
 """
 
 from __future__ import annotations
@@ -35,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -53,18 +35,14 @@ TOOL_EMAIL = "pytest-selfheal@localhost"
 
 
 def _gitpython() -> Any:
-    """The ``git`` module; raises when gitpython cannot load."""
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # no git binary: fail per call, not at import
     import git  # gitpython, lazily: slow to import, and the plugin loads on every pytest run
 
     return git
 
 
-# --- the diff hash ---------------------------------------------------------------
-
 HASH_LENGTH = 16  # hex characters of sha256 kept
 _CHUNK = 1024 * 1024
-
 
 # Build and cache litter: never a code change (projects without a .gitignore have it untracked).
 JUNK_PATHSPECS: tuple[str, ...] = (
@@ -73,24 +51,21 @@ JUNK_PATHSPECS: tuple[str, ...] = (
     ":(exclude,glob)**/.pytest_cache/**",
 )
 
-
 # Files in a hidden folder, at any depth: no code under test (see the module docstring).
 _HIDDEN_FOLDERS = ":(exclude,glob)**/.*/**"
 
 
-def _exclude_specs(top: Path, exclude: Sequence[Path]) -> list[str]:
-    specs = []
-    for path in exclude:
-        try:
-            rel = Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(top)))
-        except ValueError:
-            continue  # outside the repository: nothing to exclude
-        if rel.parts:
-            specs.append(f":(exclude){rel.as_posix()}")
-    return specs
+def relative_inside(path: Path, top: Path) -> Optional[str]:
+    """``path`` relative to ``top``, links resolved, POSIX ("" for ``top``); None outside it."""
+    try:
+        rel = Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(top))).as_posix()
+    except ValueError:
+        return None
+    return "" if rel == "." else rel
 
 
-def _hash_file(digest: hashlib._Hash, path: Path) -> None:
+def hash_file(digest: hashlib._Hash, path: Path) -> None:
+    """Feed ``path``'s bytes to ``digest``; an unreadable file feeds its errno."""
     try:
         with open(path, "rb") as handle:
             while True:
@@ -114,11 +89,9 @@ _FILE_HEADERS = (b"new file", b"deleted file", b"rename ", b"copy ", b"old mode"
 
 
 def behaviour_diff(diff: bytes) -> bytes:
-    """``git diff`` output without the sections of Python files whose removed and added
-    lines are the same code once comments and blank lines are dropped: such an edit cannot
-    change what the code does, so it is no code change for the loop (docs/loop.md
-    "Progress"). Any other file, and a Python file that is new, deleted, renamed or
-    re-moded, stays whole."""
+    """``git diff`` output without the sections of Python files (not new, deleted, renamed or
+    re-moded) whose removed and added lines are the same code once comments and blank lines
+    are dropped: no code change for the loop (docs/loop.md "Progress")."""
     if b"\ndiff --git " not in b"\n" + diff:
         return diff
     sections = re.split(rb"(?m)^(?=diff --git )", diff)
@@ -139,8 +112,8 @@ def _comments_only(section: bytes) -> bool:
 
 
 def _code_of(line: bytes) -> bytes:
-    """A Python line without its comment and trailing blanks, as the tokenizer sees it (a
-    ``#`` in a string stays); a line it cannot read alone (inside a multi-line string) stays whole."""
+    """A Python line without its comment, as the tokenizer sees it; whole when it cannot be read
+    alone (inside a multi-line string)."""
     text = line.decode("utf-8", errors="replace")
     try:
         for token in tokenize.generate_tokens(io.StringIO(text.strip() + "\n").readline):
@@ -152,8 +125,8 @@ def _code_of(line: bytes) -> bytes:
 
 
 def clean_tree_hash(commit: str) -> str:
-    """The :func:`diff_hash` of a clean working tree at ``commit``: the capture's, when it
-    recorded only ``context.json``'s git state (commit + ``dirty: false``)."""
+    """The :func:`diff_hash` of a clean working tree at ``commit`` (a capture that recorded only
+    ``context.json``'s git state)."""
     return _start(commit, b"").hexdigest()[:HASH_LENGTH]
 
 
@@ -172,14 +145,13 @@ class _Status(NamedTuple):
 
 
 def _read_git(cwd: Path, args: Sequence[str]) -> bytes:
-    """:func:`run_git`'s stdout with one trailing newline dropped (as gitpython drops it)."""
+    """:func:`run_git`'s stdout without its trailing newline (as gitpython drops it)."""
     out = run_git(cwd, args)
     return out[:-1] if out.endswith(b"\n") else out
 
 
 def _as_given(path: Path, top: str) -> Path:
-    """``top`` spelled as the ancestor of ``path`` that resolves to it (git prints the
-    resolved path; gitpython kept symlinked spellings as given)."""
+    """``top`` spelled as the ancestor of ``path`` that resolves to it (as gitpython kept it)."""
     real_top = os.path.realpath(top)
     current = os.path.abspath(path)
     while True:
@@ -197,10 +169,8 @@ def _parse_status(raw: bytes) -> _Status:
     branch: Optional[str] = None
     changed = False
     untracked = 0
-    entries = raw.split(b"\0")
-    index = 0
-    while index < len(entries):
-        entry = entries[index]
+    entries = iter(raw.split(b"\0"))
+    for entry in entries:
         if entry.startswith(b"# branch.oid "):
             oid = entry[len(b"# branch.oid "):].decode("ascii", "replace")
             head = None if oid == "(initial)" else oid
@@ -212,17 +182,14 @@ def _parse_status(raw: bytes) -> _Status:
         elif entry[:2] in (b"1 ", b"2 ", b"u "):
             changed = True
             if entry[:2] == b"2 ":
-                index += 1  # a rename's original path is the next field
-        index += 1
+                next(entries, None)  # a rename's original path is the next field
     return _Status(head, branch, changed, untracked)
 
 
 def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True,
                  diff_hash: bool = True) -> GitSnapshot:
-    """The git context and the diff hash (module docstring) of the repository containing
-    ``project_root``, in one pass of the git binary: a clean tree takes two commands, the
-    diff, the untracked listing and the diff stat run only when the status shows something
-    for them. ``context=False`` skips the diff stat, ``diff_hash=False`` the hash."""
+    """The git context and the diff hash of the repository containing ``project_root``: a clean
+    tree takes two git commands, the others run only when the status shows something for them."""
     try:
         top = _as_given(project_root, os.fsdecode(_read_git(project_root, ["rev-parse", "--show-toplevel"])))
     except GitFailed:  # outside git, a bare repository, or no git binary
@@ -247,7 +214,8 @@ def git_snapshot(project_root: Path, exclude: Sequence[Path] = (), *, context: b
 
 
 def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path]) -> Optional[str]:
-    specs = [".", *_exclude_specs(top, exclude), *JUNK_PATHSPECS, _HIDDEN_FOLDERS]
+    inside = [rel for rel in (relative_inside(path, top) for path in exclude) if rel]
+    specs = [".", *(f":(exclude){rel}" for rel in inside), *JUNK_PATHSPECS, _HIDDEN_FOLDERS]
     base = ["HEAD"] if status.head else ["--cached"]
     try:
         # Nothing changed or untracked anywhere: the pathspec-limited commands would print nothing.
@@ -262,13 +230,12 @@ def _hash_tree(top: Path, status: _Status, exclude: Sequence[Path]) -> Optional[
     digest = _start(status.head, diff)
     for name in sorted(n for n in listed.split(b"\0") if n):
         digest.update(b"\0untracked\0" + name + b"\0")
-        _hash_file(digest, top / os.fsdecode(name))
+        hash_file(digest, top / os.fsdecode(name))
     return digest.hexdigest()[:HASH_LENGTH]
 
 
 class PendingSnapshot:
-    """:func:`git_snapshot` running in a thread: its git processes run while the caller
-    works (the loop's tests, the capture's fingerprinting); :meth:`result` waits for it."""
+    """:func:`git_snapshot` in a thread, while the caller works; :meth:`result` waits for it."""
 
     def __init__(self, project_root: Path, exclude: Sequence[Path] = (), *, context: bool = True) -> None:
         self._done: list[GitSnapshot] = []
@@ -285,7 +252,6 @@ class PendingSnapshot:
             self._error.append(exc)
 
     def result(self) -> GitSnapshot:
-        """The snapshot, once its git commands are done."""
         self._thread.join()
         if self._error:
             raise self._error[0]
@@ -293,12 +259,8 @@ class PendingSnapshot:
 
 
 def diff_hash(project_root: Path, exclude: Sequence[Path] = ()) -> Optional[str]:
-    """The diff hash (module docstring) without the reports root and the other ``exclude``
-    paths; None outside git or on any git error (an unknown hash never counts as progress)."""
+    """The diff hash without the ``exclude`` paths; None outside git or on a git error."""
     return git_snapshot(project_root, exclude, context=False).diff_hash
-
-
-# --- commands (repair worktrees) ----------------------------------------------------
 
 
 # Variables that point git at a repository. A selfheal run started from a git hook
@@ -310,9 +272,8 @@ GIT_LOCATING_ENV: tuple[str, ...] = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE
 
 @contextmanager
 def isolated_git_env() -> Iterator[None]:
-    """Drop the git-locating variables (GIT_DIR, GIT_INDEX_FILE…) from ``os.environ`` for
-    the duration: every git command (ours, the loop's diff hash, the provider's) must find
-    the repository from its working directory."""
+    """``os.environ`` without :data:`GIT_LOCATING_ENV` for the duration: every git command (ours,
+    the provider's) finds the repository from its working directory."""
     saved = {k: os.environ.pop(k) for k in GIT_LOCATING_ENV if k in os.environ}
     try:
         yield
@@ -325,18 +286,12 @@ class GitFailed(Exception):
 
     def __init__(self, args: Sequence[str], status: Optional[int], stderr: str) -> None:
         self.args_list = list(args)
-        self.status = status
         self.stderr = stderr
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        # The most useful line of git's error output: its message.
+        self.first_line = next((line for line in lines if line.startswith(("error:", "fatal:"))),
+                               lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {status}")
         super().__init__(self.first_line)
-
-    @property
-    def first_line(self) -> str:
-        """The most useful line of git's error output."""
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
-        for line in lines:
-            if line.startswith(("error:", "fatal:")):
-                return line
-        return lines[0] if lines else f"git {' '.join(self.args_list[:2])} exited with {self.status}"
 
 
 def run_git(
@@ -347,14 +302,11 @@ def run_git(
     hooks_dir: Optional[Path] = None,
     stdin: Optional[bytes] = None,
 ) -> bytes:
-    """``git <args>`` in ``cwd`` (argv list, never a shell); stdout as bytes, exactly as git wrote it.
-    The one git runner: every command the package runs goes through it.
+    """``git <args>`` in ``cwd``: its stdout, exactly as git wrote it; :class:`GitFailed` on a
+    non-zero exit or when git cannot start. The one git runner of the package.
 
-    ``env``: variables set over ``os.environ`` (git's messages are always untranslated).
-    ``hooks_dir``: an empty directory used as ``core.hooksPath`` (no user hook runs).
-    ``stdin``: what git reads on its standard input (``--stdin-paths``, ``--index-info``,
-    ``cat-file --batch``); from a temporary file, so a large input never deadlocks a pipe.
-    Raises :class:`GitFailed` on a non-zero exit or when git cannot start.
+    ``env``: set over ``os.environ``. ``hooks_dir``: an empty ``core.hooksPath`` (no user hook
+    runs). ``stdin``: from a temporary file, so a large input never deadlocks a pipe.
     """
     options = ["core.fsmonitor=false", "gc.auto=0"]
     if hooks_dir is not None:
@@ -378,11 +330,8 @@ def run_git(
 
 
 def repo_top(path: Path) -> Path:
-    """The top of the git working tree containing ``path``.
-
-    ``RefusedError`` (exit 5) outside a git repository, in a bare repository or when git
-    is unavailable: repair providers run only in an isolated worktree.
-    """
+    """The top of the git working tree containing ``path``; ``RefusedError`` outside one (or
+    without git): repair providers run only in an isolated worktree."""
     try:
         bare = _read_git(path, ["rev-parse", "--is-bare-repository"]) == b"true"
     except GitFailed:
@@ -401,8 +350,6 @@ def repo_top(path: Path) -> Path:
     return top
 
 
-# --- what a pull request changed --------------------------------------------------
-
 _HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -416,10 +363,9 @@ def has_commit(cwd: Path, revision: str) -> bool:
 
 
 def changed_lines(cwd: Path, base: str, paths: Sequence[str] = ("*.py",)) -> dict[str, list[tuple[int, int]]]:
-    """The lines of the working tree that differ from commit ``base``: ``{path: [(first, last), …]}``
-    with POSIX paths relative to ``cwd`` (only files below it) and 1-based inclusive line ranges of the new side
-    (a deleted line marks the line after it). Files deleted since ``base`` are left out; a
-    file added since it is changed from its first line to its last. Raises :class:`GitFailed`."""
+    """The lines of the working tree that differ from commit ``base``: ``{path: [(first, last), …]}``,
+    POSIX paths below ``cwd``, 1-based inclusive ranges of the new side (a deletion marks the
+    line after it); files deleted since ``base`` left out. Raises :class:`GitFailed`."""
     raw = run_git(cwd, ["-c", "core.quotePath=false", "diff", "--relative", "--no-color", "--no-ext-diff", "--no-textconv", "-U0", "--find-renames",
                         "--diff-filter=d", base, "--", *paths])
     changed: dict[str, list[tuple[int, int]]] = {}
@@ -436,26 +382,38 @@ def changed_lines(cwd: Path, base: str, paths: Sequence[str] = ("*.py",)) -> dic
 
 @contextmanager
 def base_checkout(cwd: Path, revision: str) -> Iterator[Path]:
-    """A detached worktree of commit ``revision`` in a temporary directory, no hook run,
-    removed on exit: the directory in it where ``cwd`` lies. Raises :class:`GitFailed`."""
-    top = Path(run_git(cwd, ["rev-parse", "--show-toplevel"]).decode("utf-8", "surrogateescape").strip())
-    below = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
-    with tempfile.TemporaryDirectory(prefix="selfheal-base-") as scratch:
-        hooks, tree = Path(scratch, "hooks"), Path(scratch, "tree")
-        hooks.mkdir()
+    """The directory where ``cwd`` lies in a detached worktree of ``revision``, removed on exit
+    (no hook runs). Raises :class:`GitFailed`."""
+    top = Path(os.fsdecode(_read_git(cwd, ["rev-parse", "--show-toplevel"])))
+    scratch = Path(tempfile.mkdtemp(prefix="selfheal-base-"))
+    hooks, tree = scratch / "hooks", scratch / "tree"
+    hooks.mkdir()
+    try:
         run_git(cwd, ["worktree", "add", "--detach", "--quiet", str(tree), revision], hooks_dir=hooks)
+        yield tree / (relative_inside(cwd, top) or "")
+    finally:
+        remove_worktree(cwd, tree, scratch)
+
+
+def remove_worktree(repo: Path, path: Path, scratch: Path, warnings: Optional[list[str]] = None) -> None:
+    """Remove a worktree of ``repo`` at ``path`` and its scratch directory; never raises."""
+    notes = warnings if warnings is not None else []
+    hooks = scratch / "hooks" if (scratch / "hooks").is_dir() else None
+    if path.exists():
         try:
-            yield tree / below if below != "." else tree
-        finally:
-            try:
-                run_git(cwd, ["worktree", "remove", "--force", str(tree)], hooks_dir=hooks)
-            except GitFailed:  # gone already: its record is pruned
-                run_git(cwd, ["worktree", "prune"], hooks_dir=hooks)
+            run_git(repo, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
+        except GitFailed as exc:
+            notes.append(f"git worktree remove {path}: {exc.first_line}")
+            shutil.rmtree(path, ignore_errors=True)
+    try:
+        run_git(repo, ["worktree", "prune"], hooks_dir=hooks)
+    except GitFailed as exc:
+        notes.append(f"git worktree prune: {exc.first_line}")
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def ignored(cwd: Path, paths: Sequence[str]) -> set[str]:
-    """Those of ``paths`` (relative to ``cwd``) git ignores and does not track: generated
-    files (``_version.py``), never the code to fix. Empty outside a repository or without git."""
+    """Those of ``paths`` (relative to ``cwd``) git ignores and does not track (empty outside git)."""
     if not paths:
         return set()
     try:
@@ -465,14 +423,9 @@ def ignored(cwd: Path, paths: Sequence[str]) -> set[str]:
     return {p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}
 
 
-# --- the demo ----------------------------------------------------------------------
-
-
 def init_repo(path: Path, message: str) -> None:
-    """``git init`` on branch ``main`` + commit everything in ``path`` with the tool's identity.
-
-    ``main`` whatever git's own default: it is ``history.base_branch``'s default, so a failure
-    seen again on this branch is triaged ``known``, as it would be on a real project's main."""
+    """``git init`` and commit everything in ``path`` with the tool's identity, on ``main``
+    whatever git's default: ``history.base_branch``'s default, as on a real project."""
     git = _gitpython()
     repo = git.Repo.init(path)
     try:

@@ -1,10 +1,8 @@
 """Hook dispatch: every call of a ``pytest_selfheal_*`` hook goes through pluggy (edge).
 
-Inside pytest the plugin manager is pytest's own (conftest files and ``pytest11`` plugins
-included). The ``selfheal`` command builds one from the entry-point group of our own,
-``pytest_selfheal``: it never imports the other pytest plugins installed (their cost, and a
-broken one, are pytest's business), so a plugin that serves both surfaces registers under
-both groups (docs/hooks.md).
+Inside pytest the plugin manager is pytest's own. The ``selfheal`` command builds one from our
+own entry-point group, ``pytest_selfheal``: it never imports the other pytest plugins installed
+(their cost, and a broken one, are pytest's business) (docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -24,14 +22,9 @@ ENTRY_POINT_GROUP = "pytest_selfheal"
 HOOK_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("pytest_selfheal_"))
 
 
-def _implements_a_hook(plugin: object) -> bool:
-    return any(callable(getattr(plugin, name, None)) for name in HOOK_NAMES)
-
-
 def cli_plugin_manager() -> pluggy.PluginManager:
-    """The plugin manager of the ``selfheal`` command: our hookspecs plus every plugin
-    registered under the ``pytest_selfheal`` entry-point group that implements one of them.
-    One that fails to load is a one-line ``ConfigError`` (it was registered for us)."""
+    """The ``selfheal`` command's plugin manager: our hookspecs and the ``pytest_selfheal``
+    entry points implementing one; one that fails to load is a one-line ``ConfigError``."""
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -43,7 +36,7 @@ def cli_plugin_manager() -> pluggy.PluginManager:
             raise ConfigError(
                 one_line(f"cannot load the '{ENTRY_POINT_GROUP}' entry point {ep.name!r}: {type(exc).__name__}: {exc}")
             ) from None
-        if _implements_a_hook(plugin):
+        if any(callable(getattr(plugin, name, None)) for name in HOOK_NAMES):
             pm.register(plugin, name=ep.name)
     return pm
 
@@ -73,8 +66,8 @@ def repair_hook_names(pm: Optional[pluggy.PluginManager]) -> list[str]:
 
 
 def call_repair(pm: pluggy.PluginManager, request: RepairRequest) -> Optional[RepairAnswer]:
-    """``pytest_selfheal_repair(request)`` through pluggy: the first non-None answer (firstresult);
-    an answer that is not a mapping is its ``result`` (checked by the caller)."""
+    """The first non-None answer of ``pytest_selfheal_repair``; one that is not a mapping is its
+    ``result`` (checked by the caller)."""
     answer = pm.hook.pytest_selfheal_repair(request=request)
     if answer is None or isinstance(answer, Mapping):
         return cast(Optional[RepairAnswer], answer)
@@ -95,6 +88,5 @@ def crashed_plugin(pm: Optional[pluggy.PluginManager], hook_name: str, tb: Optio
 
 
 def report_sections(pm: Optional[pluggy.PluginManager], report: ReportData) -> list[dict[str, str]]:
-    """Extra report sections (:class:`~pytest_selfheal.hookspecs.ReportSection`) from
-    ``pytest_selfheal_report_sections``, in hook-call order; unchecked (report/sections.py checks)."""
+    """Sections from ``pytest_selfheal_report_sections``, in hook-call order (report/sections.py checks them)."""
     return _gathered(pm, "pytest_selfheal_report_sections", report=report)

@@ -1,10 +1,9 @@
-"""The names pytest-selfheal shares with the world outside the package: the pytest ini options
-and environment variables it reads, where its config files are, and the layout of the
-reports root on disk.
+"""The names pytest-selfheal shares with the world outside the package: its pytest ini options
+and environment variables, where its config files are, the layout of the reports root.
 
-Every run of ``pytest`` imports this module (the plugin registers the ini options), and a
-green ``pytest --selfheal`` run finds what it must know here without loading the config or
-the store: so it imports nothing of the package, and it does no I/O (the pure core imports it).
+Every pytest run imports this module, and a green ``pytest --selfheal`` run finds here what it
+must know without loading the config or the store: it imports nothing of the package and does
+no I/O (the pure core imports it).
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
-
-# --------------------------------------------------------------------------- pytest ini options
 
 # pytest ini option -> dotted config key (layer 4). The plugin registers these names with
 # ``parser.addini``; ``selfheal_config`` is not one key but a linelist of KEY=VALUE overrides.
@@ -34,8 +31,6 @@ INI_KEYS: dict[str, str] = {
 # The plugin's flags (their dest) that set a config key, and the key each one sets.
 FLAG_KEYS: dict[str, str] = {
     name: INI_KEYS[name] for name in ("selfheal_dir", "selfheal_report", "selfheal_max_iterations", "selfheal_approve")}
-
-# --------------------------------------------------------------------------- environment variables
 
 # Set by the loop in the verification runs it starts: the child run stays passive, so a
 # verification run never captures an incident or records an attempt of its own.
@@ -60,26 +55,20 @@ RECORDER_PLUGIN = "selfheal-recorder"
 
 # A verification's long selection travels in a file selfheal writes under the reports root
 # (``error_runs/<id>/selection.json``), read by the plugin module the child loads with
-# ``-p`` (pytest_selfheal/selection.py); the option naming the file is refused from every
+# ``-p`` (pytest_selfheal/loop/selection.py); the option naming the file is refused from every
 # other source (loop/argcheck.py).
-SELECTION_PLUGIN = "pytest_selfheal.selection"
+SELECTION_PLUGIN = "pytest_selfheal.loop.selection"
 SELECTION_OPTION = "--selfheal-selection-file"
 SELECTION_FILE = "selection.json"
 SELECTION_FORMAT = "selfheal_selection"  # the key holding the format's version (1)
-
-# --------------------------------------------------------------------------- config files
 
 PROJECT_DIR = ".planning"
 PROJECT_FILES = ("config.yml", "config.yaml", "config.json")  # merge order: later wins
 
 
 def global_config_path(env: Mapping[str, str]) -> Optional[Path]:
-    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json``; None when
-    no home directory can be found for it.
-
-    As in the shell, an empty OPENCODE_CONFIG_DIR counts as unset; a leading ``~`` in it
-    is expanded with HOME from ``env``.
-    """
+    """``${OPENCODE_CONFIG_DIR:-~/.config/opencode}/get-shit-done/config.json`` as the shell
+    reads it (empty is unset, ``~`` is HOME from ``env``); None without a home directory."""
     base = env.get("OPENCODE_CONFIG_DIR") or ""
     if base and base != "~" and not base.startswith("~/"):
         return Path(base) / "get-shit-done" / "config.json"
@@ -91,7 +80,7 @@ def global_config_path(env: Mapping[str, str]) -> Optional[Path]:
 
 
 def _home(env: Mapping[str, str]) -> Optional[Path]:
-    """HOME from ``env``, else the user's home directory; None when none can be found."""
+    """HOME from ``env``, else the user's home directory, else None."""
     home = env.get("HOME")
     if home:
         return Path(home)
@@ -102,9 +91,8 @@ def _home(env: Mapping[str, str]) -> Optional[Path]:
 
 
 def state_dir(env: Mapping[str, str]) -> Optional[Path]:
-    """``${XDG_STATE_HOME:-~/.local/state}/pytest-selfheal``: what selfheal keeps out of the
-    project tree (the incidents' record digests, installed code's bytecode); None when no
-    home directory can be found for it."""
+    """``${XDG_STATE_HOME:-~/.local/state}/pytest-selfheal``, what selfheal keeps out of the
+    project tree (record digests, installed code's bytecode); None without a home directory."""
     base = env.get("XDG_STATE_HOME") or ""
     if base.startswith("/"):
         return Path(base) / "pytest-selfheal"
@@ -113,9 +101,8 @@ def state_dir(env: Mapping[str, str]) -> Optional[Path]:
 
 
 def remembered_stops(env: Mapping[str, str], project_root: str) -> Optional[Path]:
-    """Where the stops of a project's incidents that passed without a fix are kept (store/judging.py),
-    keyed by the project root's real path (``project_root``): a new reports root or a deleted one
-    does not hide them."""
+    """Where the stops of a project's incidents that passed without a fix are kept, keyed by the
+    project root's real path: a new or deleted reports root does not hide them."""
     state = state_dir(env)
     key = hashlib.sha256(project_root.encode("utf-8", "surrogateescape")).hexdigest()[:24]
     return state / "stops" / f"{key}.json" if state is not None else None
@@ -125,8 +112,6 @@ def project_config_paths(project_root: Path) -> list[Path]:
     """The project config files, existing or not, in merge order (later wins)."""
     return [Path(project_root, PROJECT_DIR, name) for name in PROJECT_FILES]
 
-
-# --------------------------------------------------------------------------- the reports root
 
 DEFAULT_REPORTS_DIR = ".selfheal"  # under the project root (config key reports_dir)
 INBOX_DIR = "error_inbox"  # the open incidents, one folder each

@@ -1,10 +1,8 @@
 """The pytest plugin: ``pytest --selfheal`` (edge: pytest hooks only).
 
-This module is what every pytest run of every user imports, so it holds only the options:
-the recorder (recorder/) loads only when ``--selfheal`` is on, and the rest of the package
-only when a run has something to record.
-Recording is kept to the cheap minimum during the run (counters and the failing reports);
-all the work happens once, at session end, on the controller: xdist workers never write.
+Every pytest run of every user imports this module, so it holds only the options: the recorder
+loads only with ``--selfheal``, the rest of the package only when a run has something to
+record, once, at session end, on the controller (xdist workers never write).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ _SIGNALS = pytest.StashKey[dict[str, str]]()  # selfheal's own variables of this
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register the plugin's own hookspecs (the extension API, see hookspecs.py)."""
+    """Register the extension API (hookspecs.py)."""
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -68,8 +66,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def _signal(config: pytest.Config, name: str) -> Optional[str]:
-    """The value selfheal's variable ``name`` had for this run (taken out of the environment
-    if it is still there: the plugin was registered after the initial conftests)."""
+    """The value selfheal's variable ``name`` had for this run (taken out of the environment if
+    still there: the plugin was registered after the initial conftests)."""
     value = os.environ.pop(name, None)
     return config.stash.get(_SIGNALS, {}).get(name, value)
 

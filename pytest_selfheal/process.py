@@ -1,24 +1,13 @@
-"""The process runner of every child but git (edge: subprocesses; docs/loop.md, docs/repair.md).
+"""The runner of every child but git (edge: subprocesses), and the clean room's bytecode cache.
 
-Every child selfheal starts (a verification selection, a repair command, the pytest run of
-``selfheal ci``) goes through :func:`run`:
-
-- an argv list, never a shell, stdin from /dev/null; a bare program name is looked up on
-  the absolute entries of ``PATH`` only, so a ``./pytest`` committed to the project is
-  never picked (:func:`resolve_executable`);
-- its own session and process group, so a timeout, Ctrl-C or an exception while waiting
-  stops the whole group (:func:`terminate_group`); a group left behind by a leader that
-  exited on its own is SIGKILLed too: a background child must not keep writing into a
-  worktree or a store;
-- stdout+stderr go to a file the kernel writes directly (no pipe that can fill up), or,
-  with ``on_line``, through a pipe read in chunks and handed over in lines of at most
-  ``max_line_bytes``: memory stays bounded whatever the child prints;
-- the child and its group die when selfheal dies, however it dies (SIGKILL included): the
-  reaper (:class:`_Reaper`, POSIX). A grandchild that leaves the group on purpose
-  (``setsid``) escapes it (docs/decisions.md "Trust boundaries");
-- no token reaches a child (:func:`child_environment`).
-
-Redaction is the callers' business: the file and the lines are the child's raw bytes.
+Every child (a verification, a repair command, the pytest run of ``selfheal ci``) goes through
+:func:`run`: an argv list, never a shell, stdin from /dev/null, a bare program name looked up
+on absolute ``PATH`` entries only (a committed ``./pytest`` is never picked); its own process
+group, stopped whole on timeout, Ctrl-C or an exception, and SIGKILLed when the leader exits
+(a background child must not keep writing into a worktree or a store) or when selfheal dies
+however it dies (the reaper; a grandchild that calls ``setsid`` escapes, docs/decisions.md);
+output to a file or in bounded lines, never a pipe that fills up; no token in its environment.
+Redaction is the callers' business: the output is the child's raw bytes.
 """
 
 from __future__ import annotations
@@ -49,12 +38,7 @@ KILL_GRACE_SECONDS = 3.0  # between SIGTERM and SIGKILL of a process group
 CANCEL_POLL_SECONDS = 0.2  # how soon a run sees its caller's cancel event
 TAIL_BYTES = 64 * 1024  # read back from the end of an output file by default
 TAIL_LINES = 200
-CHUNK_BYTES = 64 * 1024  # one read from a teed child's pipe
 MAX_LINE_BYTES = 64 * 1024  # the longest piece of a line handed to ``on_line``
-#: Variables never passed to a child, whatever their name (docs/action.md "Security").
-WITHHELD_TOKENS: tuple[str, ...] = (
-    "GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_RUNTIME_TOKEN",
-)
 #: The runner's command files: a line a test appends to one of them reaches the job's later
 #: steps (``BASH_ENV=…`` in ``$GITHUB_ENV`` runs in the step that holds the token).
 RUNNER_COMMAND_FILES: tuple[str, ...] = (
@@ -63,21 +47,19 @@ RUNNER_COMMAND_FILES: tuple[str, ...] = (
 
 
 def token_named(name: str) -> bool:
-    """Whether the variable ``name`` holds a token by its name (``*TOKEN*``, any case), unless
-    it is one of selfheal's own ``SELFHEAL_*`` variables."""
+    """``*TOKEN*`` in any case (``GH_TOKEN``, ``ACTIONS_RUNTIME_TOKEN``), selfheal's own
+    ``SELFHEAL_*`` variables aside (docs/action.md "Security")."""
     upper = name.upper()
-    return upper in WITHHELD_TOKENS or ("TOKEN" in upper and not upper.startswith("SELFHEAL_"))
+    return "TOKEN" in upper and not upper.startswith("SELFHEAL_")
 
 
 def withheld(name: str) -> bool:
-    """Whether the variable ``name`` is kept from every child: a token (:func:`token_named`)
-    or one of the runner's command files (:data:`RUNNER_COMMAND_FILES`)."""
+    """Whether the variable ``name`` is kept from every child: a token or a runner's command file."""
     return token_named(name) or name.upper() in RUNNER_COMMAND_FILES
 
 
 def child_environment(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment of a child: ``env`` (default: ours) without the tokens and the runner's
-    command files (:func:`withheld`)."""
+    """``env`` (default: ours) without what :func:`withheld` keeps from a child."""
     source = os.environ if env is None else env
     return {k: v for k, v in source.items() if not withheld(k)}
 
@@ -98,43 +80,32 @@ class ProcessResult:
     error: str = ""  # why it could not start
 
 
-# --------------------------------------------------------------------------- groups
-
-
 def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Send ``sig`` to the child's whole process group (gone already: nothing to do)."""
-    try:
+    with contextlib.suppress(OSError):  # gone already
         if sys.platform == "win32":  # pragma: no cover - no process groups to signal
             proc.kill()
         else:
             os.killpg(proc.pid, sig)
-    except OSError:
-        pass
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL after ``grace`` seconds, even when
-    the leader exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
+    """SIGTERM the child's group, then SIGKILL it after ``grace`` seconds even when the leader
+    exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
     if sys.platform != "win32":
         kill_group(proc, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
         kill_group(proc, signal.SIGKILL)
     else:  # pragma: no cover
         proc.kill()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL does not fail
         proc.wait(timeout=grace + 5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-        pass
 
 
-# The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group;
-# "?NAME=MARK" says a child is being started with that entry in its environment, "=NAME=MARK"
-# that its start is over (its group announced, or it did not start). At end-of-file (our process is gone, however it
-# died) every group still announced is SIGKILLed, and so is every process whose environment
-# holds the mark of a start that never ended.
+# The reaper's program. Lines on stdin: "+PGID" / "-PGID" announce and forget a group, "?NAME=MARK"
+# / "=NAME=MARK" a child's start (that entry in its environment) and its end. At end-of-file (we
+# are gone, however we died) it SIGKILLs every group announced and every process whose
+# environment holds the mark of a start that never ended.
 _REAPER_CODE = """
 import os, signal, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -188,16 +159,12 @@ while starting - seen and os.path.isdir("/proc") and time.monotonic() < deadline
 
 
 class _Reaper:
-    """The helper process that outlives a SIGKILLed selfheal just long enough to SIGKILL the
-    process groups of its children (grandchildren included). One per selfheal process (a
-    forked child starts its own), started by :meth:`spawn` before the first child; every
-    live group is announced to it through a pipe the kernel closes when selfheal is gone.
-
-    A group is known only once its child has exec'd, so each start is announced first, as a
-    mark in the child's environment (``SPAWN_MARK_VARIABLE``): on Linux the reaper finds a
-    child whose start never ended by its mark in ``/proc`` (which keeps a child's first
-    environment); elsewhere that child is left. No reaper, no child; a reaper that died is
-    replaced at the next spawn and told the live groups again."""
+    """The helper that outlives a SIGKILLed selfheal just long enough to SIGKILL its children's
+    groups, told of each through a pipe the kernel closes when selfheal is gone. One per process
+    (a forked child starts its own); no reaper, no child; one that died is replaced at the next
+    spawn and told the live groups again. A group is known only once its child has exec'd, so a
+    start is announced first as a mark in the child's environment, which the reaper finds in
+    ``/proc`` on Linux (elsewhere such a child is left)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -219,8 +186,7 @@ class _Reaper:
         return False
 
     def _ready(self) -> None:
-        """A reaper of this process runs, started (again) if needed (under the lock); raises
-        OSError when none can start."""
+        """Start a reaper of this process if none runs (under the lock); OSError when none can."""
         if self._owner != os.getpid():  # forked: the reaper and the pipe are the parent's
             if self._fd is not None:
                 os.close(self._fd)
@@ -253,16 +219,14 @@ class _Reaper:
         self._send("".join(f"+{group}\n" for group in self._groups))
 
     def _send(self, lines: str) -> None:
-        if self._fd is None or not lines:
-            return
-        try:
-            os.write(self._fd, lines.encode("ascii"))
-        except OSError:  # the reaper is gone: the next spawn starts another and tells it
-            pass
+        # A reaper that is gone: the next spawn starts another and tells it.
+        with contextlib.suppress(OSError):
+            if self._fd is not None and lines:
+                os.write(self._fd, lines.encode("ascii"))
 
     def spawn(self, start: Callable[[dict[str, str]], subprocess.Popen[bytes]], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """``start(env)`` with a spawn mark added to ``env``, its group announced to the reaper
-        (the mark before the start, dropped once the group is); OSError when no reaper runs."""
+        """``start(env)`` with a spawn mark in ``env``, its group announced to the reaper; OSError
+        when no reaper runs."""
         with self._lock:  # one reaper, the same one, from the mark to the group
             try:
                 self._ready()
@@ -282,7 +246,6 @@ class _Reaper:
             return proc
 
     def forget(self, pgid: int) -> None:
-        """The group is gone (or stopped by us): nothing to do for it any more."""
         with self._lock:
             self._groups.discard(pgid)
             self._send(f"-{pgid}\n")
@@ -294,7 +257,7 @@ _REAPER = _Reaper()
 def _spawn(
     argv: list[str], cwd: Path, env: Optional[Mapping[str, str]], stdout: int | IO[bytes]
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session and group, known to the reaper (:class:`_Reaper`)."""
+    """Start ``argv`` in its own session and group, known to the reaper."""
     child_env = child_environment(env)  # never a token, whoever called
     if sys.platform == "win32":  # pragma: no cover - no process groups to signal, no reaper
         return subprocess.Popen(
@@ -308,64 +271,33 @@ def _spawn(
     ), child_env)
 
 
-# --------------------------------------------------------------------------- output
-
-
 class _Pump(threading.Thread):
     """Drains a child's pipe into the output file and the line callback, a line longer than
-    ``limit`` bytes in pieces (the last without its newline until it comes). A callback that
-    raises is not called again (the pipe is still drained so the child never blocks); its
-    exception is re-raised by :func:`run` once the child is gone."""
+    ``limit`` bytes in pieces. A callback that raises is not called again (the pipe is still
+    drained so the child never blocks); :func:`run` raises its exception once the child is gone."""
 
     def __init__(self, pipe: IO[bytes], sink: Optional[IO[bytes]], on_line: LineSink, limit: int) -> None:
         super().__init__(name="selfheal-output", daemon=True)
-        self.pipe = pipe
-        self.sink = sink
-        self.on_line = on_line
-        self.limit = max(1, limit)
-        self.pending = bytearray()
+        self.pipe, self.sink, self.on_line, self.limit = pipe, sink, on_line, max(1, limit)
         self.error: Optional[BaseException] = None
 
-    def _emit(self, line: bytes) -> None:
-        for start in range(0, len(line), self.limit):
-            if self.error is None:
-                try:
-                    self.on_line(line[start:start + self.limit])
-                except Exception as exc:
-                    self.error = exc
-
-    def _feed(self, data: bytes) -> None:
-        start = 0
-        while (newline := data.find(b"\n", start)) >= 0:
-            self._emit(bytes(self.pending) + data[start:newline + 1])
-            self.pending.clear()
-            start = newline + 1
-        self.pending += data[start:]
-        while len(self.pending) >= self.limit:
-            self._emit(bytes(self.pending[: self.limit]))
-            del self.pending[: self.limit]
-
     def run(self) -> None:
-        fd = self.pipe.fileno()
-        while True:
-            try:
-                data = os.read(fd, CHUNK_BYTES)
-            except OSError:
-                break
-            if not data:
-                break
-            if self.sink is not None:
-                try:
-                    self.sink.write(data)
-                except (OSError, ValueError):  # disk full, or closed after an abandoned wait
-                    self.sink = None
-            self._feed(data)
-        self._emit(bytes(self.pending))
+        with contextlib.suppress(OSError, ValueError):  # the pipe closed under us
+            for piece in iter(lambda: self.pipe.readline(self.limit), b""):
+                if self.sink is not None:
+                    try:
+                        self.sink.write(piece)
+                    except (OSError, ValueError):  # disk full, or closed after an abandoned wait
+                        self.sink = None
+                if self.error is None:
+                    try:
+                        self.on_line(piece)
+                    except Exception as exc:
+                        self.error = exc
 
 
 def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
-    """The last ``limit`` bytes of ``path`` decoded (invalid UTF-8 replaced) and whether the
-    file was longer; ``("", False)`` when it cannot be read."""
+    """The last ``limit`` bytes of ``path`` decoded, and whether it was longer; ``("", False)`` unreadable."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -378,8 +310,7 @@ def tail_bytes(path: Path, limit: int) -> tuple[str, bool]:
 
 
 def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
-    """The last ``max_lines`` whole lines within the last ``max_bytes`` bytes of ``path``
-    ("" if absent)."""
+    """The last ``max_lines`` whole lines within the last ``max_bytes`` bytes of ``path`` ("" if absent)."""
     text, cut = tail_bytes(path, max_bytes)
     lines = text.splitlines()
     if cut and lines:
@@ -387,13 +318,9 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
     return "\n".join(lines[-max_lines:])
 
 
-# --------------------------------------------------------------------------- running
-
-
 def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """``name`` (a bare program name) found on the absolute entries of ``env``'s PATH (ours
-    when None), as an absolute path; None when none has it. A name holding a separator is
-    returned as it is: the caller chose that path."""
+    """A bare ``name`` found on the absolute entries of ``env``'s PATH (ours when None), or None;
+    a name holding a separator is the path the caller chose."""
     if "/" in name or (os.sep != "/" and os.sep in name):
         return name
     source = os.environ if env is None else env
@@ -414,25 +341,20 @@ def run(
     max_line_bytes: int = MAX_LINE_BYTES,
     cancel: Optional[threading.Event] = None,
 ) -> ProcessResult:
-    """Run ``argv`` (a list, never a shell) in its own process group and wait for it.
+    """Run ``argv`` in its own process group and wait for it (module docstring).
 
-    Output (stdout+stderr, raw bytes) goes to ``output_path`` (parents created; None: not
-    kept) and, with ``on_line``, to the callback line by line as it comes (pieces of at
-    most ``max_line_bytes``; called from a helper thread). ``env`` None inherits ours; the
-    tokens are withheld either way (:func:`child_environment`).
-    On ``timeout_seconds`` the group is stopped (SIGTERM, SIGKILL after ``kill_grace``)
-    and ``timed_out`` is True; an exception while waiting stops it before it propagates, and so
-    does ``cancel`` being set from another thread (seen within :data:`CANCEL_POLL_SECONDS`).
-    An executable that cannot start gives ``started=False`` and ``error`` (also written to
-    the output file as ``<argv0>: cannot start: <error>``), never raises.
+    Output (raw stdout+stderr) goes to ``output_path`` (None: not kept) and, with ``on_line``,
+    to the callback from a helper thread. On ``timeout_seconds`` the group is stopped (SIGKILL
+    after ``kill_grace``) and ``timed_out`` is True; so is it on an exception while waiting, or
+    ``cancel`` set from another thread. An executable that cannot start gives ``started=False``
+    and ``error`` (also written to the output file), never raises.
     """
     full = [str(arg) for arg in argv]
     start = time.monotonic()
     pump: Optional[_Pump] = None
     if output_path is not None:
         output_path.parent.mkdir(parents=True, exist_ok=True)
-    sink = open(output_path, "wb") if output_path is not None else None
-    try:
+    with open(output_path, "wb") if output_path is not None else contextlib.nullcontext() as sink:
         stdout: int | IO[bytes] = (
             subprocess.PIPE if on_line is not None else sink if sink is not None else subprocess.DEVNULL
         )
@@ -458,9 +380,6 @@ def run(
             timed_out = _wait(proc, timeout_seconds, kill_grace, pump, cancel)
         finally:
             _REAPER.forget(proc.pid)
-    finally:
-        if sink is not None:
-            sink.close()
     if pump is not None and pump.error is not None:
         raise pump.error
     code = None if timed_out else proc.returncode
@@ -471,7 +390,7 @@ def _wait(
     proc: subprocess.Popen[bytes], timeout: Optional[float], grace: float, pump: Optional[_Pump],
     cancel: Optional[threading.Event] = None,
 ) -> bool:
-    """Wait for the leader, stop the group on timeout or exception; True when timed out."""
+    """Wait for the leader, stopping the group on timeout or exception; True when timed out."""
     expired = threading.Event()
     done = threading.Event()
 
@@ -518,18 +437,11 @@ def _wait(
 
 
 # ---------------------------------------------------------------- the clean room
-# The clean room (edge: temp folders): the bytecode a test run that may be a verdict may
-# read (docs/loop.md "The seal"). selfheal's own variables leave its environment in the
-# plugin (``pytest_load_initial_conftests``).
-#
-# A run that may be a verdict gets a fresh bytecode cache (:func:`fresh_bytecode` for a
-# child, :func:`fresh_pycache` for this process): a ``.pyc`` left in a ``__pycache__``
-# folder is never what runs. Installed code (the standard library, site-packages) would be
-# compiled again by every run, so its bytecode is kept in the state directory — but only
-# bytecode selfheal compiled there itself from the source, each file with its signature
-# (:func:`keep_installed`); a file whose signature differs, or that none was recorded for, is
-# removed before a run reads the cache (:func:`_trusted`). Whatever a run itself wrote into its
-# cache is thrown away with it.
+# A run that may be a verdict reads a fresh bytecode cache (docs/loop.md "The seal"): a .pyc
+# left in a __pycache__ is never what runs. Installed code's bytecode is kept in the state
+# directory, but only what selfheal compiled there itself from the source, each file with its
+# signature; any other file is removed before a run reads the cache, and what a run wrote
+# into its own cache goes with it.
 
 # Runs on one machine that read and rewrite the manifest at once would drop each other's files.
 _LOCK_SECONDS = 300.0
@@ -543,16 +455,14 @@ def _shared(env: Mapping[str, str]) -> Optional[Path]:
 
 
 def _signature(path: str) -> str:
-    """What a file was when selfheal compiled it: its inode, size and modification time. A
-    file written again has another inode (Python writes bytecode to a new file renamed into
-    place) or another time; the state directory is selfheal's own, like the records' digests."""
+    """Inode, size and mtime: a file written again has another inode (Python renames bytecode
+    into place) or another time."""
     stat = os.stat(path)
     return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _bytecode_files(root: str, suffix: str = ".pyc") -> Iterator[str]:
-    """The POSIX paths, inside ``root``, of its bytecode files (plain strings: a cache holds
-    about a thousand of them, walked before every run)."""
+    """The POSIX paths, inside ``root``, of its bytecode files."""
     for folder, _dirs, files in os.walk(root):
         inside = os.path.relpath(folder, root)
         prefix = "" if inside == "." else inside.replace(os.sep, "/") + "/"
@@ -560,30 +470,12 @@ def _bytecode_files(root: str, suffix: str = ".pyc") -> Iterator[str]:
 
 
 def _recorded(shared: Path) -> dict[str, str]:
-    """The signatures recorded when selfheal compiled the shared cache's files (not checked)."""
+    """The signatures recorded when selfheal compiled the shared cache's files (unchecked)."""
     try:
         recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}
-
-
-def _trusted(shared: Path) -> dict[str, str]:
-    """The shared cache's files still as selfheal compiled them; every other file in it is removed."""
-    with FileLock(shared / ".lock", _LOCK_SECONDS):
-        recorded = _recorded(shared)
-        kept: dict[str, str] = {}
-        for rel in _bytecode_files(str(shared)):
-            path = os.path.join(shared, rel)
-            with contextlib.suppress(OSError):
-                if recorded.get(rel) == _signature(path):
-                    kept[rel] = recorded[rel]
-                else:
-                    os.unlink(path)
-        if kept != recorded:  # what was removed is compiled again after the next run
-            with contextlib.suppress(OSError):
-                _write_manifest(shared, kept)
-        return kept
 
 
 def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
@@ -594,38 +486,42 @@ def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
-    """A new bytecode cache folder (the caller removes it) holding the installed code's
-    bytecode selfheal compiled itself (the state directory of ``env``)."""
+    """A new bytecode cache folder (the caller removes it) holding the shared cache's files still
+    as selfheal compiled them; every other file of the shared cache is removed."""
     cache = tempfile.mkdtemp(prefix="pycache-", dir=inside)
     shared = _shared(env)
     if shared is None or not shared.is_dir():
         return cache
-    try:
-        trusted = _trusted(shared)
-    except (OSError, StoreIOError):
-        return cache  # compiled afresh: slower, never wrong
-    made: set[str] = set()
-    for rel in trusted:
-        folder = os.path.join(cache, os.path.dirname(rel))
-        try:
-            if folder not in made:
-                os.makedirs(folder, exist_ok=True)
-                made.add(folder)
-            # A hard link: Python writes bytecode to a new file renamed into place, so a run's
-            # writes replace its link and never reach the shared file; one altered in place
-            # fails the next run's check.
-            try:
-                os.link(os.path.join(shared, rel), os.path.join(cache, rel))
-            except OSError:  # across file systems
-                shutil.copyfile(os.path.join(shared, rel), os.path.join(cache, rel))
-        except OSError:
-            continue  # compiled afresh: slower, never wrong
+    # Whatever fails is compiled afresh: slower, never wrong.
+    with contextlib.suppress(OSError, StoreIOError), FileLock(shared / ".lock", _LOCK_SECONDS):
+        recorded = _recorded(shared)
+        kept: dict[str, str] = {}
+        made: set[str] = set()
+        for rel in _bytecode_files(str(shared)):
+            source, target = os.path.join(shared, rel), os.path.join(cache, rel)
+            with contextlib.suppress(OSError):
+                if recorded.get(rel) != _signature(source):
+                    os.unlink(source)
+                    continue
+                kept[rel] = recorded[rel]
+                if os.path.dirname(target) not in made:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    made.add(os.path.dirname(target))
+                # A hard link: Python writes bytecode to a new file renamed into place, so a run's
+                # writes replace its link and never reach the shared file; one altered in place
+                # fails the next run's check.
+                try:
+                    os.link(source, target)
+                except OSError:  # across file systems
+                    shutil.copyfile(source, target)
+        if kept != recorded:  # what was removed is compiled again after the next run
+            _write_manifest(shared, kept)
     return cache
 
 
 def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
-    """After a run: compile, into the shared cache, the installed modules the run compiled
-    that the shared cache lacks — from their source, by selfheal, never the run's own files."""
+    """After a run: compile into the shared cache, from their source, the installed modules the
+    run compiled that it lacks (never the run's own files)."""
     shared = _shared(env)
     if shared is None:
         return
@@ -656,11 +552,9 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
 
 @contextlib.contextmanager
 def fresh_bytecode(env: Mapping[str, str], inside: Optional[Path] = None) -> Iterator[dict[str, str]]:
-    """``env`` for a test run that reads no bytecode selfheal did not compile itself: a fresh
-    bytecode cache (``PYTHONPYCACHEPREFIX``; pytest's assertion rewriting honours it too)
-    holding the trusted installed code's, removed afterwards once what the run compiled of
-    installed code was compiled again into the shared cache. ``inside``: the folder to make it
-    in (a verification's own, which the next loop removes if a SIGKILL left it behind)."""
+    """``env`` with a fresh bytecode cache (``PYTHONPYCACHEPREFIX``, which pytest's rewriting
+    honours too), removed afterwards; ``inside``: the folder to make it in (a verification's
+    own, which the next loop removes if a SIGKILL left it behind)."""
     cache = fresh_pycache(inside, env)
     try:
         # Written into the fresh cache alone, and needed there: what the run compiled of

@@ -42,7 +42,7 @@ OTHER_TOOLS = {
 }
 # Options the verification check refuses by name (loop/argcheck.py), pytest's or its plugins'.
 REFUSED = ROOT / "pytest_selfheal" / "loop" / "argcheck.py"
-# The names of ours that no parser registers (the selection file's option: pytest_selfheal/selection.py).
+# The names of ours that no parser registers (the selection file's option: pytest_selfheal/loop/selection.py).
 NAMES = ROOT / "pytest_selfheal" / "names.py"
 
 

@@ -1,5 +1,5 @@
 """A verification runs exactly the failing node ids, however many: a long selection travels
-in a selection file under the reports root, read in the child by pytest_selfheal/selection.py."""
+in a selection file under the reports root, read in the child by pytest_selfheal/loop/selection.py."""
 
 from __future__ import annotations
 

@@ -243,7 +243,7 @@ def test_inherited_git_index_file_is_ignored(project: Path, monkeypatch: pytest.
 
 def test_remove_recorded_only_touches_selfheal_temp_dirs(project: Path, tmp_path: Path) -> None:
     wt = W.create(project, name="incident_x")
-    record = W.worktree_record(wt)
+    record = WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
     victim = tmp_path / "precious"
     victim.mkdir()
     W.remove_recorded(WorktreeRecord(repo=str(project), path=str(victim / "x"), scratch=str(victim)))

@@ -189,7 +189,7 @@ def selection_words(argv: Sequence[str]) -> tuple[int, int]:
 
 def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
     """``argv`` with a long selection moved into the selection file ``path``, which the
-    plugin of pytest_selfheal/selection.py puts back in the child; a short one stays."""
+    plugin of pytest_selfheal/loop/selection.py puts back in the child; a short one stays."""
     start, end = selection_words(argv)
     words = list(argv[start:end])
     if len(words) <= MAX_ARGV_SELECTION and sum(len(w) + 1 for w in words) <= MAX_ARGV_SELECTION_CHARS:

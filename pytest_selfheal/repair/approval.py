@@ -1,11 +1,9 @@
-"""What a repair may touch without asking, and who may say yes when it asks (docs/repair.md
-"Scope", "Approval").
+"""What a repair may touch without asking, and who may say yes when it asks (docs/repair.md).
 
-Globs match the whole project-relative POSIX path with :func:`fnmatch.fnmatchcase` (``*``
-crosses ``/``), case-sensitive everywhere: one config gives one answer on Linux and macOS.
-Approval is given up front or typed at a terminal (stdin *and* stdout are TTYs); otherwise
-the answer is no, so a CI job or an agent piping the output never gets an implicit yes.
-Questions go to stderr (stdout may carry JSON).
+Globs match the whole project-relative POSIX path (``*`` crosses ``/``), case-sensitive
+everywhere: one config gives one answer on Linux and macOS. Approval is given up front or
+typed at a terminal (stdin and stdout TTYs): a CI job or an agent piping the output never
+gets an implicit yes. Questions go to stderr (stdout may carry JSON).
 """
 
 from __future__ import annotations
@@ -48,9 +46,8 @@ def _glob_matches(path: str, pattern: str) -> bool:
 def out_of_scope(
     files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = (), *, allow_test_edits: bool = False
 ) -> list[str]:
-    """The files (normalised, each once) that are neither target paths nor match a glob. Unless
-    ``allow_test_edits``, a test file named by the plan is out of scope too: only an explicit
-    glob lets a repair that could weaken the test in without asking."""
+    """The files (normalised, each once) that are neither target paths nor match a glob; a test
+    file named by the plan too unless ``allow_test_edits`` (only an explicit glob lets it in)."""
     targets = {normalise(t) for t in target_paths}
     out: list[str] = []
     for path in files:
@@ -74,7 +71,7 @@ def allowed_paths(plan: Plan, globs: Sequence[str] = (), *, allow_test_edits: bo
 
 
 def is_interactive(stdin: Any = None, stdout: Any = None) -> bool:
-    """True when a human can answer: both stdin and stdout are terminals."""
+    """Whether a human can answer: stdin and stdout are terminals."""
     try:
         return all(stream is not None and stream.isatty() for stream in (stdin or sys.stdin, stdout or sys.stdout))
     except (AttributeError, ValueError, OSError):  # closed or replaced streams
@@ -93,8 +90,7 @@ def ask_on_stderr(question: str) -> str:
 
 @dataclass
 class Approver:
-    """Answers approval questions (``approved``: given up front; ``interactive``: a human may be
-    asked through ``input_fn``)."""
+    """Answers approval questions: ``approved`` up front, or asks through ``input_fn`` when ``interactive``."""
 
     approved: bool = False
     interactive: bool = False
@@ -126,10 +122,9 @@ def approver_from(
     config_approve: Any = False,
     interactive: Optional[bool] = None,
     input_fn: Optional[Callable[[str], str]] = None,
-    out: Optional[TextIO] = None,
 ) -> Approver:
     """The approver for one run: ``approve`` (the flag) or ``config_approve`` (``repair.approve``,
     only a real ``True``); ``interactive`` None detects terminals."""
     return Approver(approved=bool(approve) or config_approve is True,
                     interactive=is_interactive() if interactive is None else bool(interactive),
-                    input_fn=input_fn if input_fn is not None else ask_on_stderr, out=out)
+                    input_fn=input_fn if input_fn is not None else ask_on_stderr)

@@ -1,17 +1,17 @@
-"""A repair's patches (edge: the store, git; docs/repair.md): their files in
-``error_runs/<id>/``, what they do, and applying the proposed one.
+"""A repair's patches in ``error_runs/<id>/`` (edge: the store, git; docs/repair.md), what
+they do, and applying the proposed one.
 
-Patches are kept byte for byte, never redacted: they must apply. What a patch does is read
-from the whole patch as ``git apply`` reads it, before anyone approves it; a symlink leaving
-the repository and (unless ``repair.allow_binary``) a binary change are refused before the
-question. Applying ``final.patch`` is one step for ``selfheal apply`` and the MCP ``apply``
-tool; approval is the caller's, between :func:`proposed_patch` and :func:`apply_proposed`.
+Patches are kept byte for byte, never redacted: they must apply. What a patch does is read as
+``git apply`` reads it, before anyone approves it; a symlink leaving the repository and
+(unless ``repair.allow_binary``) a binary change are refused before the question. Approval is
+the caller's, between :func:`proposed_patch` and :func:`apply_proposed`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +55,10 @@ def read_run_bytes(store: Store, incident_id: str, name: str) -> Optional[bytes]
         raise fsio.io_error("read", path, exc) from None
 
 
-def apply_command(store: Store, incident_id: str, cwd: Optional[Path] = None) -> str:
-    """``selfheal apply ID``, with ``--dir`` when the reports root is not ``./.selfheal`` of ``cwd``."""
+def apply_command(store: Store, incident_id: str) -> str:
+    """``selfheal apply ID``, with ``--dir`` when the reports root is not ``./.selfheal``."""
     root = store.root.resolve()
-    dir_option = "" if root == (cwd or Path.cwd()).resolve() / ".selfheal" else f" --dir {shlex.quote(str(root))}"
+    dir_option = "" if root == Path.cwd().resolve() / ".selfheal" else f" --dir {shlex.quote(str(root))}"
     return f"selfheal apply {incident_id}{dir_option}"
 
 
@@ -87,40 +87,22 @@ class PatchSummary:
 
 
 def _symlink_targets(patch: bytes) -> list[tuple[str, Optional[str]]]:
-    """``(link, target)`` of every git section that makes a symlink; the target is its added line."""
+    """``(link, target)`` of every section that makes a symlink (the target is its added line)."""
     found: list[tuple[str, Optional[str]]] = []
-    link: Optional[str] = None
-    header_path = ""
-    target: Optional[str] = None
-    in_hunk = False
-
-    def close() -> None:
-        if link is not None:
-            found.append((link, target))
-
-    for raw in patch.split(b"\n"):
-        line = raw.decode("utf-8", errors="surrogateescape")
-        if line.startswith("diff --git "):
-            close()
-            link, target, in_hunk = None, None, False
-            header_path = line.rsplit(" b/", 1)[-1] if " b/" in line else line[len("diff --git "):]
+    for section in re.split(rb"(?m)^(?=diff --git )", patch):
+        head, _, body = section.decode("utf-8", errors="surrogateescape").partition("\n@@")
+        lines = head.split("\n")
+        if not lines[0].startswith("diff --git ") or not any(
+                line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}") for line in lines):
             continue
-        if not in_hunk and line.rstrip() in (f"new file mode {SYMLINK_MODE}", f"new mode {SYMLINK_MODE}"):
-            link = header_path
-        elif not in_hunk and line.startswith("+++ ") and link is not None:
-            name = line[4:].strip()
-            link = name[2:] if name.startswith("b/") else link
-        elif line.startswith("@@"):
-            in_hunk = True
-        elif in_hunk and link is not None and target is None and line.startswith("+"):
-            target = line[1:]
-    close()
+        link = lines[0].rsplit(" b/", 1)[-1] if " b/" in lines[0] else lines[0][len("diff --git "):]
+        link = next((line[4:].strip()[2:] for line in lines if line.startswith("+++ b/")), link)
+        found.append((link, next((line[1:] for line in body.split("\n")[1:] if line.startswith("+")), None)))
     return found
 
 
 def summarise(top: Path, patch: bytes) -> PatchSummary:
-    """The :class:`PatchSummary` of ``patch`` as git reads it against the tree at ``top``;
-    a patch git cannot read is a RefusedError (5), one line."""
+    """``patch`` as git reads it against the tree at ``top``; RefusedError when git cannot."""
     try:
         numstat = run_git(top, ["apply", "--numstat", "-z"], stdin=patch)
         summary = run_git(top, ["apply", "--summary"], stdin=patch).decode("utf-8", errors="replace")
@@ -195,10 +177,9 @@ class ProposedPatch:
 def proposed_patch(
     store: Store, incident_id: str, project_root: Path, *, allow_binary: bool = False, allow_test_edits: bool = False
 ) -> ProposedPatch:
-    """The proposed patch of ``incident_id``, checked, nothing changed: no patch is a NotFoundError
-    (4); one that does not apply cleanly, a symlink out of the repository, a binary change
-    without ``allow_binary`` or a test edit without ``allow_test_edits`` (approval never covers
-    test edits) a RefusedError (5)."""
+    """The proposed patch of ``incident_id``, checked, nothing changed: NotFoundError when there
+    is none, RefusedError when it does not apply cleanly or is refused (a symlink out of the
+    repository, a binary change, a test edit: approval never covers those)."""
     incident = store.read_incident(incident_id)
     patch = read_run_bytes(store, incident_id, FINAL_PATCH)
     where = store.runs_dir(incident_id) / FINAL_PATCH
@@ -231,13 +212,10 @@ def proposed_patch(
 
 def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
     """Apply an approved patch (checked again: the tree may have changed while a human was
-    asked) and note it in ``run_result.json``'s ``repair`` block."""
+    asked) and note it in ``run_result.json``."""
     with isolated_git_env():
         apply_patch(proposed.working_tree, proposed.patch)
-    _record_applied(store, proposed.incident_id, proposed.working_tree)
-
-
-def _record_applied(store: Store, incident_id: str, top: Path) -> None:
+    incident_id, top = proposed.incident_id, proposed.working_tree
     existing = store.read_run_result(incident_id)
     if existing is None:
         return

@@ -1,8 +1,5 @@
-"""The repair prompt, built from structured data only (pure; docs/repair.md "The prompt").
-
-The failing tests with their fingerprint and class, the output tail, the plan, the delta
-since the previous attempt and the constraints: the same inputs give the same prompt, byte
-for byte. The caller redacts the log tail and the finished prompt.
+"""The repair prompt, built from structured data only (pure; docs/repair.md "The prompt"): the
+same inputs give the same prompt, byte for byte. The caller redacts the log tail and the prompt.
 """
 
 from __future__ import annotations
@@ -228,8 +225,7 @@ def _constraints_section(
 def build_prompt(*, incident: Incident, plan: Plan, attempts: Sequence[Attempt], iteration: int, max_iterations: int,
                  log_tail: str, allowed_paths: Sequence[str], remaining_budget: Optional[int],
                  log_tail_source: Optional[str] = None) -> str:
-    """The repair prompt (markdown) for ``iteration``: ``attempts`` oldest first, ``log_tail``
-    already redacted, ``allowed_paths`` the scope (target paths then globs)."""
+    """The repair prompt (markdown): ``attempts`` oldest first, ``allowed_paths`` the scope."""
     header = [
         f"# Repair request: incident {incident.incident_id or '(unknown incident)'}, iteration {iteration} of "
         f"{max_iterations}", "",

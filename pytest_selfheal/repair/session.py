@@ -1,14 +1,11 @@
 """One repair run: the loop with a provider in an isolated worktree (edge: subprocesses, git;
-docs/repair.md).
-
-:func:`repair_loop` wraps the loop with a worktree of the user's state (replaying the last
-accepted patch on resume), the provider, and the close-out: the final patch and the approval
-to apply it. The worktree is removed whatever happens, Ctrl-C included.
+docs/repair.md), then the final patch and the approval to apply it. The worktree is removed
+whatever happens, Ctrl-C included.
 
 The provider is the ``pytest_selfheal_repair`` hooks (the first answer wins), else
-``repair.command`` (an argv list, its own process group, a timeout, a redacted log). Its result
-is read from the worktree's diff, never from what it claims; a provider that failed, or a diff
-out of scope nobody approved, is rolled back: each verification sees the accepted state.
+``repair.command``. Its result is read from the worktree's diff, never from what it claims; a
+provider that failed, or a diff out of scope nobody approved, is rolled back: each
+verification sees the accepted state.
 """
 
 from __future__ import annotations
@@ -71,7 +68,6 @@ from pytest_selfheal.repair.worktree import (
     create,
     remove_recorded,
     user_state,
-    worktree_record,
 )
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import fsio
@@ -134,8 +130,7 @@ def _chdir(path: Path) -> Iterator[None]:
 
 
 class RepairSession:
-    """The loop's provider for one run: asks hooks then the command, inspects the worktree's
-    diff, checks the scope, records patches and events."""
+    """The loop's provider for one run: asks the hooks, then the command, and inspects the diff."""
 
     def __init__(self, store: Store, incident_id: str, *, effective: EffectiveConfig, worktree: Worktree,
                  approver: Approver, pluginmanager: Optional[pluggy.PluginManager] = None, say: Optional[Say] = None,
@@ -157,10 +152,9 @@ class RepairSession:
         self.policy = LoopPolicy.from_settings(effective.settings)
         self.results: list[RepairBlock] = []
 
-    def __call__(self, *, incident_id: str, iteration: int, store: Optional[Store] = None, plan: Plan,
-                 last_attempt: Optional[Attempt] = None, observations: Sequence[Any] = (), **_: Any) -> RepairBlock:
+    def __call__(self, *, incident_id: str, iteration: int, store: Store, plan: Plan,
+                 observations: Sequence[Any], **_: Any) -> RepairBlock:
         """One repair before verification ``iteration`` (the attempt number): the attempt's repair block."""
-        store = store or self.store
         attempts = store.read_attempts(incident_id)
         incident = store.read_incident(incident_id)
         loop_iteration = max(1, len(observations))  # this iteration's number within the run
@@ -300,7 +294,7 @@ class RepairSession:
             keys=_BLOCK_KEYS if not self.not_redirected else _REDIRECTED_BLOCK_KEYS,
             extra=(("code_path_not_redirected", tuple(self.not_redirected)),) if self.not_redirected else (),
         )
-        if call.status in ("timeout", "crashed", "gave_up", "declined"):
+        if call.status != "done":
             # No new evidence may leak into the next verification: roll back partial edits.
             self.wt.restore(before)
             outcome = {"timeout": REPAIR_TIMEOUT, "crashed": REPAIR_CRASHED}.get(call.status, REPAIR_NO_FIX_FOUND)
@@ -360,8 +354,7 @@ _REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
-    """Plan actions whose target paths the diff touched; all when none (a diff within the globs
-    still works on the whole plan)."""
+    """Plan actions whose target paths the diff touched; all when none (a diff within the globs)."""
     files = {normalise(c) for c in changed}
     touched = [action.id for action in plan.actions if {normalise(p) for p in action.target_paths} & files]
     return touched or [action.id for action in plan.actions]
@@ -394,9 +387,8 @@ def repair_loop(
     state: Optional[LoopRun] = None,
 ) -> LoopResult:
     """Run (or resume) the loop with a repair provider in an isolated worktree (``RefusedError``
-    outside git), write ``final.patch`` and, when the incident is resolved and approved, apply
-    it to the user's working tree; else say ``selfheal apply ID``. ``hook_rules`` None asks
-    ``pluginmanager``, so verification runs classify like the capture."""
+    outside git), write ``final.patch`` and apply it when resolved and approved. ``hook_rules``
+    None asks ``pluginmanager``, so verification runs classify like the capture."""
     incident_id = validate_incident_id(incident_id)
     say: Say = out or (lambda line: None)
     pm = pluginmanager if pluginmanager is not None else hooks.cli_plugin_manager()
@@ -410,7 +402,9 @@ def repair_loop(
             remove_recorded(WorktreeRecord.from_json(fsio.read_json(record), str(record)))
         wt = create(Path(project_root), name=incident_id, exclude=[store.root])
         try:
-            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(worktree_record(wt).to_json()))
+            # What the next run needs to remove this worktree if this one is killed.
+            wt_record = WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
+            store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(wt_record.to_json()))
             incident = state.incident if state is not None else incident or store.read_incident(incident_id)
             attempts = state.attempts if state is not None else store.read_attempts(incident_id)
             accepted = _accepted_patch(attempts, reopened_after(incident))
@@ -459,13 +453,11 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
     patch = wt.diff(wt.base, final_tree)
     files = wt.project_relative(wt.changed_files(wt.base, final_tree))
     resolved = result.final_status == FinalStatus.RESOLVED
-    final_patch: Optional[str] = None
     applied = False
     command: Optional[str] = None  # the apply command, when the patch may be applied by hand
     message = ""
     if patch.strip():
         path = write_patch(store, incident_id, FINAL_PATCH, patch)
-        final_patch = FINAL_PATCH
         store.append_event(incident_id, ev.DIFF_PROPOSED, iteration=result.iteration, kind="final",
                            diffId=FINAL_PATCH, patch=FINAL_PATCH, files_changed=files, final=True)
         text = patch.decode("utf-8", errors="replace")
@@ -525,7 +517,7 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
             except OSError as exc:
                 raise fsio.io_error("remove", stale, exc) from None
         message = "no change was proposed" if not resolved else "resolved without a code change"
-    repair = RunRepair(final_patch=final_patch, applied=applied, apply_command=command, files_changed=tuple(files),
+    repair = RunRepair(final_patch=FINAL_PATCH if patch.strip() else None, applied=applied, apply_command=command, files_changed=tuple(files),
                        message=message, provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS)
     existing = state.run_result if state is not None else store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):

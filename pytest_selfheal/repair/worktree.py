@@ -1,19 +1,17 @@
-"""Isolated git worktrees for repair providers (edge: git, files; docs/repair.md "Isolation",
-"A provider is not a sandbox").
+"""Isolated git worktrees for repair providers (edge: git, files; docs/repair.md "Isolation").
 
-The user's state (uncommitted changes included) is snapshotted as a git tree through a copy
-of their index, so their index and files are never touched, and checked out in a detached
-worktree at their ``HEAD``. Every later state is a tree too: a repair's diff is ``diff-tree
-<before> <after>`` whatever the provider did to ``HEAD``. Git runs with an empty hooks path.
+The user's state, uncommitted changes included, is snapshotted as a git tree through a copy of
+their index (their index and files are never touched) and checked out in a detached worktree
+at their ``HEAD``; every later state is a tree too, so a repair's diff is ``diff-tree <before>
+<after>`` whatever the provider did to ``HEAD``. Git runs with an empty hooks path.
 
-Ignored files a project imports or reads (a generated ``_version.py``, test data) are carried
-in, bounded, smallest first: never environments, caches, build trees or install metadata (a
-second ``*.dist-info`` registers entry points twice), and a link only as a copy of what it
-points to inside the project (a live link lets the provider write through it).
+Ignored files a project reads (a generated ``_version.py``, test data) are carried in, bounded,
+smallest first: never environments, caches, build trees or install metadata (a second
+``*.dist-info`` registers entry points twice), and a link only as a copy of what it points to
+inside the project (a live link lets the provider write through it).
 
-A provider runs with the user's permissions: an escape is detected, not prevented. The
-user's side is fingerprinted before and after each call; any difference stops the loop with
-``provider_escaped``.
+A provider runs with the user's permissions: an escape is detected (the user's side is
+fingerprinted before and after each call), not prevented.
 """
 
 from __future__ import annotations
@@ -31,7 +29,16 @@ from pathlib import Path
 from typing import Optional
 
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.gitrepo import JUNK_PATHSPECS, GitFailed, ignored, repo_top, run_git
+from pytest_selfheal.gitrepo import (
+    JUNK_PATHSPECS,
+    GitFailed,
+    hash_file,
+    ignored,
+    relative_inside,
+    remove_worktree,
+    repo_top,
+    run_git,
+)
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.store.fsio import within
 
@@ -76,12 +83,10 @@ def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
 
 
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
-    """What the ignored entry ``rel`` of ``top`` holds, with every link on the way resolved,
-    when that is inside ``top`` and not in the ``exclude`` prefixes (or ``.git``); else None."""
-    base, real = os.path.realpath(top), os.path.realpath(top / rel)
-    if not within(real, base) or real == base:
-        return None
-    return None if _inside(Path(real).relative_to(base).as_posix(), [*exclude, ".git"]) else Path(real)
+    """The ignored entry ``rel`` of ``top``, links resolved, when that is inside ``top`` and not
+    in the ``exclude`` prefixes (or ``.git``)."""
+    inside = relative_inside(top / rel, top)
+    return None if not inside or _inside(inside, [*exclude, ".git"]) else Path(os.path.realpath(top / rel))
 
 
 def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
@@ -108,24 +113,17 @@ def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
     return found[:_MAX_SEEN]
 
 
-def _sized_source(top: Path, rel: str, prefixes: Sequence[str]) -> Optional[tuple[int, Path]]:
-    """The size and path of the regular file ``rel`` is copied from; None for a link leading
-    out, a dangling link, a FIFO."""
-    source = real_source(top, rel, prefixes)
-    try:
-        info = source.stat() if source is not None else None
-    except OSError:
-        return None
-    return (info.st_size, source) if source is not None and info is not None and stat.S_ISREG(info.st_mode) else None
-
-
 def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
                   max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Carried:
-    """Copy the ignored files of ``top`` worth carrying into the same places under ``dest``,
-    smallest first within the bounds; git's checkout wins over a carried file."""
+    """Copy the ignored files of ``top`` worth carrying under ``dest``, smallest first within the bounds."""
     prefixes = [p.strip("/") for p in exclude if p.strip("/")]
-    sized = sorted((found[0], rel, found[1]) for rel in ignored_files(top, prefixes)
-                   if (found := _sized_source(top, rel, prefixes)) is not None)
+    sized: list[tuple[int, str, Path]] = []
+    for rel in ignored_files(top, prefixes):
+        source = real_source(top, rel, prefixes)
+        with contextlib.suppress(OSError):  # only a regular file inside: never a FIFO, a dangling link
+            if source is not None and stat.S_ISREG((info := source.stat()).st_mode):
+                sized.append((info.st_size, rel, source))
+    sized.sort()
     home = os.path.realpath(dest)
     copied: list[str] = []
     used = left_out = left_bytes = 0
@@ -147,18 +145,9 @@ def carry_ignored(top: Path, dest: Path, exclude: Sequence[str] = (), *,
     return Carried(tuple(sorted(copied)), left_out, left_bytes)
 
 
-def _relative_inside(path: Path, top: Path) -> Optional[str]:
-    try:
-        rel = Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(top)))
-    except ValueError:
-        return None
-    text = rel.as_posix()
-    return "" if text == "." else text
-
-
 def exclude_pathspecs(top: Path, exclude: Sequence[Path]) -> list[str]:
     """``:(exclude)`` pathspecs for the paths of ``exclude`` inside ``top``, plus the junk caches."""
-    inside = [rel for rel in (_relative_inside(path, top) for path in exclude) if rel]
+    inside = [rel for rel in (relative_inside(path, top) for path in exclude) if rel]
     # An ignored path is left out anyway, and naming it makes `git add` fail.
     left_out = ignored(top, inside)
     return [f":(exclude,literal){rel}" for rel in inside if rel not in left_out] + list(JUNK_PATHSPECS)
@@ -215,9 +204,8 @@ class Worktree:
         return run_git(self.path, args, env=env, hooks_dir=self.scratch / "hooks")
 
     def snapshot(self) -> str:
-        """The tree of the worktree's current state. It starts from an index of ``base``, not of
-        ``HEAD``: an ignored file of the user's state (``git add -f``) stays in every snapshot
-        unless the provider deletes it. Carried ignored files are in no index."""
+        """The tree of the worktree's current state, from an index of ``base`` (not ``HEAD``): an
+        ignored file of the user's state (``git add -f``) stays unless the provider deletes it."""
         return _write_tree(self.path, self.scratch / "index.snapshot", self.excludes, self.scratch / "hooks")
 
     def reset_head(self) -> None:
@@ -258,26 +246,9 @@ class Worktree:
             remove_worktree(self.repo_top, self.path, self.scratch, self.warnings)
 
 
-def remove_worktree(repo: Path, path: Path, scratch: Path, warnings: Optional[list[str]] = None) -> None:
-    """Remove a worktree of ``repo`` at ``path`` and its scratch directory; never raises."""
-    notes = warnings if warnings is not None else []
-    hooks = scratch / "hooks" if (scratch / "hooks").is_dir() else None
-    if path.exists():
-        try:
-            run_git(repo, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
-        except GitFailed as exc:
-            notes.append(f"git worktree remove {path}: {exc.first_line}")
-            shutil.rmtree(path, ignore_errors=True)
-    try:
-        run_git(repo, ["worktree", "prune"], hooks_dir=hooks)
-    except GitFailed as exc:
-        notes.append(f"git worktree prune: {exc.first_line}")
-    shutil.rmtree(scratch, ignore_errors=True)
-
-
 def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Worktree:
-    """A new worktree holding the current state of the repository containing ``project_root``,
-    ``exclude`` (the reports root) left out. ``RefusedError`` outside git or when git fails."""
+    """A worktree of the current state of the repository containing ``project_root``, ``exclude``
+    (the reports root) left out; ``RefusedError`` outside git or when git fails."""
     top = repo_top(project_root)
     scratch = Path(tempfile.mkdtemp(prefix="selfheal-")).resolve()
     hooks = scratch / "hooks"
@@ -288,13 +259,13 @@ def create(project_root: Path, *, name: str, exclude: Sequence[Path] = ()) -> Wo
         head = run_git(top, ["rev-parse", "--verify", "HEAD^{commit}"], hooks_dir=hooks).decode().strip()
         base = _snapshot_tree(top, scratch, excludes, hooks)
         run_git(top, ["worktree", "add", "--detach", "--no-checkout", str(path), head], hooks_dir=hooks)
-        wt = Worktree(top, path, _relative_inside(project_root, top) or "", head, base, excludes, scratch)
+        wt = Worktree(top, path, relative_inside(project_root, top) or "", head, base, excludes, scratch)
         # Check out the user's state, keep that index (with the checkout's stat data) for the
         # snapshots, then point the index back at HEAD: uncommitted changes show as such here too.
         wt.git(["read-tree", "--reset", "-u", base])
         shutil.copyfile(_git_path(path, "index", hooks), scratch / "index.snapshot")
         wt.reset_head()
-        carried = carry_ignored(top, path, [rel for rel in (_relative_inside(p, top) for p in exclude) if rel])
+        carried = carry_ignored(top, path, [rel for rel in (relative_inside(p, top) for p in exclude) if rel])
         wt.carried = carried.paths
         if carried.left_out:
             wt.warnings.append(
@@ -339,8 +310,8 @@ def check_patch(top: Path, patch: bytes) -> PatchCheck:
 
 
 def apply_patch(top: Path, patch: bytes) -> None:
-    """Apply ``patch`` to the working tree at ``top`` (files only, never the index); one that
-    does not apply cleanly changes nothing and is a ``RefusedError`` with git's reason."""
+    """Apply ``patch`` to the files at ``top`` (never the index); ``RefusedError``, nothing
+    changed, when it does not apply cleanly."""
     verdict = check_patch(top, patch)
     if verdict.already_applied:
         raise RefusedError(f"the patch is already applied to {top}")
@@ -353,11 +324,6 @@ def apply_patch(top: Path, patch: bytes) -> None:
         run_git(top, _APPLY, stdin=patch)
     except GitFailed as exc:
         raise RefusedError(f"git apply failed in {top}: {exc.first_line}") from None
-
-
-def worktree_record(wt: Worktree) -> WorktreeRecord:
-    """What ``worktree.json`` holds so that the next run removes a killed run's worktree."""
-    return WorktreeRecord(repo=str(wt.repo_top), path=str(wt.path), scratch=str(wt.scratch))
 
 
 def remove_recorded(record: WorktreeRecord) -> None:
@@ -379,12 +345,10 @@ def _digest_file(path: Path) -> str:
     try:
         if path.is_symlink():
             digest.update(b"link:" + os.fsencode(os.readlink(path)))
-            return digest.hexdigest()
-        digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:  # gone, unreadable, a directory: still a state
+        else:
+            digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+            hash_file(digest, path)
+    except OSError as exc:  # gone, a directory: still a state
         digest.update(f"error:{type(exc).__name__}".encode())
     return digest.hexdigest()
 
@@ -398,9 +362,9 @@ def _git(top: Path, args: Sequence[str]) -> bytes:
 
 def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Path] | None = None,
                carried: Sequence[str] = ()) -> dict[str, str]:
-    """The fingerprint of the user's repository at ``top``, ``exclude`` (the reports root the
-    loop writes) left out; ``records``: name → file of the documents the verdict is read from
-    (a plan rewritten to select a passing test is an escape too)."""
+    """The fingerprint of the user's repository at ``top``, ``exclude`` (the reports root) left
+    out; ``records``: name → file of the documents the verdict is read from (a plan rewritten
+    to select a passing test is an escape too)."""
     entries: dict[str, str] = {name: _digest_file(path) for name, path in (records or {}).items()}
     for rel in carried:
         # What the copy was made from, links resolved: a write reaching it is an escape.
