@@ -132,18 +132,19 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
     is what the driver observes — success, with no code change: flaky, not a fix."""
     project = deterministic_project(tmp_path)
     incident_id = capture(project)
-    calls: list[list[str]] = []
+    calls: list[tuple[list[str], bool]] = []
 
     def verifier(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
                  selection_file: Optional[Path] = None, judged: bool = False) -> VerificationRun:
-        calls.append(list(argv))
+        calls.append((list(argv), judged))
         junit_path.write_text('<testsuite name="pytest" tests="1">'
                               '<testcase classname="test_calc" name="test_sub" time="0.01"/></testsuite>')
         return VerificationRun(list(argv), 0, False, 0.01, "1 passed", junit_path)
 
     result = loop_in_process(project, incident_id, verifier=verifier)
-    assert len(calls) == 1 and "test_calc.py::test_sub" in calls[0]
+    # A passing selection runs again with its comparisons judged before it can be a success.
+    assert [judged for _, judged in calls] == [False, True] and all("test_calc.py::test_sub" in a for a, _ in calls)
     assert result["stop_reason"] == "success" and result["flaky_tests"] == ["test_calc.py::test_sub"]
     attempt = Store(project / ".selfheal").read_attempts(incident_id)[0]
     assert attempt.outcomes == {"test_calc.py::test_sub": "passed"} and attempt.verification_passed

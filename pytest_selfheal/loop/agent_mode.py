@@ -141,7 +141,7 @@ def _verified(store: Store, incident: OpenIncident, effective: EffectiveConfig, 
     except SelfhealError:
         return None
     return run_verification(store, incident.captured, argvs, incident.selection, effective=effective, cwd=project_root,
-                            env=None, rules=rules_for_run(effective.settings.classification_rules, ()))
+                            env=None, rules=rules_for_run(effective.settings.classification_rules, ()), judged=True)
 
 
 def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents: Sequence[OpenIncident],

@@ -12,7 +12,7 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -35,7 +35,7 @@ from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
-from pytest_selfheal.loop.regression import check_incident
+from pytest_selfheal.loop.regression import check_incident, passes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun, minutes_between, stamp, utcnow
 from pytest_selfheal.loop.verify import (
@@ -359,8 +359,10 @@ class Verification:
 
 def run_verification(store: Store, incident: Incident, argvs: Sequence[Sequence[str]], nodeids: Sequence[str], *,
                      effective: EffectiveConfig, cwd: Path, env: Optional[Mapping[str, str]], rules: Sequence[Rule],
-                     verifier: Verifier = run_selection, cancel: Optional[CancelState] = None) -> Verification:
-    """Run every verification command in ``cwd`` and observe what it found of ``nodeids``."""
+                     verifier: Verifier = run_selection, cancel: Optional[CancelState] = None,
+                     judged: bool = False) -> Verification:
+    """Run every verification command in ``cwd`` and observe what it found of ``nodeids``
+    (``judged``: with the passing comparisons judged, capture/comparisons.py)."""
     cancel = cancel or CancelState()
     found = Verification()
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
@@ -369,7 +371,7 @@ def run_verification(store: Store, incident: Incident, argvs: Sequence[Sequence[
                 ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
                                timeout_seconds=effective.settings.verification.timeout_seconds, env=env,
                                invocation_dir=start_dir(cwd, incident.invocation_dir),
-                               selection_file=store.selection_file(incident.incident_id, index), judged=True)
+                               selection_file=store.selection_file(incident.incident_id, index), judged=judged)
             got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=effective.redactor)
             found.outcomes.update(got)
@@ -390,6 +392,12 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
     ran = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env, rules=rules,
                            verifier=verifier, cancel=state)
+    if passes(ran.outcomes, bool(ran.failures) or ran.timed_out):
+        # A candidate success runs again with its passing comparisons judged: judging slows every
+        # passing assert, so a failing iteration does not pay for it.
+        judged = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env,
+                                  rules=rules, verifier=verifier, cancel=state, judged=True)
+        ran = replace(judged, duration=ran.duration + judged.duration)
     outcomes, failures, codes = ran.outcomes, ran.failures, ran.codes
     changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
                               extra_code=repair.files_changed if repair is not None else ())
