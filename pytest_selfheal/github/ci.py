@@ -144,10 +144,6 @@ class CiResult:
     #: The history segments the action's history-push step shares (only for merged code).
     history_segments: list[str] = field(default_factory=list)
 
-    @property
-    def new_flaky_tests(self) -> list[str]:
-        return list(self.verdict.new_tests.flaky) if self.verdict.new_tests is not None else []
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
         verdict, comment = self.verdict, self.comment
@@ -160,7 +156,7 @@ class CiResult:
             "pull_request": self.pull_request,
             "comment": None if comment is None else {"action": comment.action, "id": comment.comment_id,
                                                      "url": comment.url, "warning": comment.warning},
-            "warnings": list(self.warnings), "error": self.error, "new_flaky_tests": self.new_flaky_tests,
+            "warnings": list(self.warnings), "error": self.error, "new_flaky_tests": list(verdict.new_tests.flaky if verdict.new_tests else ()),
             "history_segments": list(self.history_segments),
         }
 
@@ -233,14 +229,13 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
              rep: _Reporter) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
     if not options.post_only:
-        write_step_summary(result.markdown, full_report=str(result.report_path) if result.report_path else None,
-                           env=env)
-        write_outputs(result.outputs(), env=env)
+        write_step_summary(result.markdown, env, full_report=str(result.report_path) if result.report_path else None)
+        write_outputs(result.outputs(), env)
     if options.comment:
         # A green run only updates an existing comment: no noise on green PRs.
         info = result.verdict
-        create = (info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests)
-                  or bool(info.new_tests and info.new_tests.unchecked))
+        create = (info.final_status not in (FinalStatus.PASSED, "no_incidents")
+                  or bool(info.new_tests and (info.new_tests.flaky or info.new_tests.unchecked)))
         result.comment = post_comment(ctx, result.pull_request, result.markdown + comment_footer(info),
                                       name=options.report_name, create=create,
                                       expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say)
@@ -384,14 +379,12 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
             rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
                     "they do not fail the job")
             exit_code = EXIT_OK
-    if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
-        rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
-                "(fail-on-new-flaky: false only reports them)")
-        exit_code = EXIT_UNRESOLVED
-    if new_tests.unchecked and new_tests.unchecked_fails_job and exit_code == EXIT_OK:
-        rep.say(f"selfheal ci: {len(new_tests.unchecked)} new or changed test(s) unchecked (not re-run their "
-                "count): the job fails (fail-on-new-unchecked: false only reports them)")
-        exit_code = EXIT_UNRESOLVED
+    for tests, fails, what, flag in ((new_tests.flaky, new_tests.fails_job, "flaky", "flaky"), (
+            new_tests.unchecked, new_tests.unchecked_fails_job, "unchecked (not re-run their count)", "unchecked")):
+        if tests and fails and exit_code == EXIT_OK:
+            rep.say(f"selfheal ci: {len(tests)} new or changed test(s) {what}: the job fails "
+                    f"(fail-on-new-{flag}: false only reports them)")
+            exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
     if base.shares and effective.settings.history.enabled:
         try:
@@ -419,7 +412,7 @@ def comment_from_report(options: CiOptions, *, cwd: Optional[Path] = None, env: 
     path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
-    number = options.pull_request or info.pull_request or ctx.pull_request_number()
+    number = options.pull_request or info.pull_request or pull_request_number(ctx.event_name, ctx.event())
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
     run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None

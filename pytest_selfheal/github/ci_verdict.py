@@ -24,10 +24,7 @@ from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
-# Stop reasons of ``selfheal ci`` when the loop did not run.
-STOP_NONE = "none"
-STOP_NOT_CAPTURED = "not_captured"
-STOP_PYTEST_ERROR = "pytest_error"
+STOP_NONE = "none"  # the stop reason of ``selfheal ci`` when nothing was looped
 
 _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
@@ -35,8 +32,8 @@ _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 def verdict_without_incident(pytest_exit_code: int) -> CiVerdict:
     """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
-    status, reason = {0: (FinalStatus.PASSED, STOP_NONE), 1: (FinalStatus.FAILED, STOP_NOT_CAPTURED)}.get(
-        pytest_exit_code, (FinalStatus.ERROR, STOP_PYTEST_ERROR))
+    status, reason = {0: (FinalStatus.PASSED, STOP_NONE), 1: (FinalStatus.FAILED, "not_captured")}.get(
+        pytest_exit_code, (FinalStatus.ERROR, "pytest_error"))
     return CiVerdict(status, reason, 0, None, pytest_exit_code)
 
 
@@ -179,13 +176,9 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
         return render_headline(report)
     status = text(info.final_status, 60)
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
-    exit_code = info.pytest_exit_code
-    new_tests = info.new_tests
-    odd: tuple[str, ...] = ()
-    what = ""
-    if new_tests is not None:
-        odd, what = ((new_tests.flaky, "passed and failed on re-runs") if new_tests.flaky
-                     else (new_tests.unchecked, "could not be re-run their count"))
+    exit_code, new_tests = info.pytest_exit_code, info.new_tests
+    odd, what = ((), "") if new_tests is None else (new_tests.flaky, "passed and failed on re-runs") if (
+        new_tests.flaky) else (new_tests.unchecked, "could not be re-run their count")
     if info.final_status == FinalStatus.PASSED and new_tests is not None and odd:
         details = (f"pytest passed, but {len(odd)} new or changed test{'s' if len(odd) != 1 else ''} {what} (below)"
                    + ("; the job fails" if new_tests.fails else ""))

@@ -19,6 +19,7 @@ from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.github.actions_env import closed_fence
 from pytest_selfheal.history.records import plausible_repository
 from pytest_selfheal.records.ci import IssueComment
 
@@ -255,13 +256,9 @@ def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
     newline = kept.rfind("\n")
     if newline >= budget // 2:
         kept = kept[: newline + 1]
-    closers = ""
-    if sum(1 for line in kept.split("\n") if line.lstrip().startswith("```")) % 2:
-        closers += ("" if kept.endswith("\n") else "\n") + "```\n"
     open_details = kept.count("<details") - kept.count("</details>")
-    closers += "</details>\n" * max(0, min(open_details, 4))
     prefix = f"{tag}\n" if tag and tag not in kept else ""
-    return prefix + kept + closers + note
+    return prefix + closed_fence(kept) + "</details>\n" * max(0, min(open_details, 4)) + note
 
 
 def _fit_in_bytes(body: str) -> str:
