@@ -230,10 +230,6 @@ class HistoryDB:
     def refuse_segments(self, refused: Iterable[tuple[str, str]]) -> None:
         self._db.executemany("INSERT OR IGNORE INTO refused_segments (name, reason) VALUES (?, ?)", list(refused))
 
-    def merge_from(self, other: HistoryDB) -> int:
-        """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
-        return self.import_runs(other.runs())
-
     def runs(self, *, newest: Optional[int] = None) -> list[tuple[RunInfo, list[TestOutcome]]]:
         """Every run with its outcomes, oldest first; ``newest``: the newest N only, newest first."""
         order = "DESC" if newest is not None else "ASC"
