@@ -310,7 +310,7 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     if captured is None:
         # Tests that passed only on a re-run: its pytest recorded them under the token's run id.
         verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
-            passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
+            passed_on_rerun_in(this_run_segments(root, segments_before, ci_capture_run_id(token)))))
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
         gone = judging.forgotten_stops(project, root) if verdict.final_status == FinalStatus.PASSED else []
         if gone:  # a stop kept outside the project whose records are gone: no pass (store/judging.py)
@@ -388,9 +388,9 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
     if base.shares and effective.settings.history.enabled:
         try:
-            result.history_segments = this_run_segments(
+            result.history_segments = [name for name, _ in this_run_segments(
                 root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
-                captured.incident_id if captured is not None else None)
+                captured.incident_id if captured is not None else None)]
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)

@@ -233,14 +233,8 @@ def only_quarantined(report: Report, quarantine: Sequence[QuarantineEntry]) -> d
     return covered
 
 
-def render_ci_markdown(
-    report: Report,
-    info: CiVerdict,
-    *,
-    error: Optional[str] = None,
-    pm: Optional[pluggy.PluginManager] = None,
-    proposed_patch: Optional[bytes] = None,
-) -> str:
+def render_ci_markdown(report: Report, info: CiVerdict, *, error: Optional[str] = None,
+                       pm: Optional[pluggy.PluginManager] = None, proposed_patch: Optional[bytes] = None) -> str:
     """The headline, the check of new tests, a fix only proposed, the report with the sections of
     ``pm``'s hooks (a failing one is a ``ConfigError``), and a loop ``error``."""
     body = f"{ci_headline(report, info)}\n\n"

@@ -299,12 +299,10 @@ def _send(call: Callable[[str], IssueComment], text: str, original: str) -> Issu
 
 def upsert_sticky_comment(client: GitHubClient, number: int, body: str, *, name: str = "default",
                           author: Optional[str] = None, create: bool = True) -> CommentResult:
-    """Create (unless not ``create``) or update the one report comment on PR ``number``, found by
-    its :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
-
-    403/404 (a fork PR's read-only token, no access) and a body GitHub still refuses after
-    one harder truncation give ``"skipped"`` with a warning; other errors raise GitHubError.
-    """
+    """Create (unless not ``create``) or update the one report comment on PR ``number``, found by its
+    :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
+    403/404 (a fork PR's read-only token) and a body still refused after one harder truncation give
+    ``"skipped"`` with a warning; other errors raise GitHubError."""
     tag = marker(name)
     if tag not in body:
         body = f"{tag}\n{body}"

@@ -51,10 +51,9 @@ _VALUED = frozenset({*SAFE_VALUED, "-p", "-o", "--override-ini", "-c", "--config
 
 Say = Callable[[str], None]
 Span = tuple[int, int]
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
-def _span(node: Union[FunctionNode, ast.ClassDef]) -> Span:
+def _span(node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> Span:
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     return first, node.end_lineno or node.lineno
 
@@ -79,10 +78,8 @@ def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
             first, last = _span(node)
             inside = [(max(a, first), min(b, last)) for a, b in ranges if a <= last and b >= first]
             outside = any(not any(s[0] <= a and b <= s[1] for s in spans) for a, b in inside)
-            if outside:
-                names.append(node.name)
-            else:
-                names += [f"{node.name}::{t.name}" for t, s in zip(tests, spans) if _overlaps(s, ranges)]
+            names += [node.name] if outside else [f"{node.name}::{t.name}" for t, s in zip(tests, spans)
+                                                  if _overlaps(s, ranges)]
     return names
 
 
@@ -267,12 +264,11 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
         f"(seed {seed}, budget {budget:.1f} s)")
     tallies, done, error = _rerun(run, effective, targets, seed, budget)
     tallies = {n: t for n, t in tallies.items() if any(_covers(target, n) for target in targets)}
-    for nodeid, (message, fingerprint) in run.main_failures.items():
-        if nodeid in tallies:
-            tallies[nodeid].add(models.OUTCOME_FAILED, message, fingerprint)
-    for nodeid, tally in tallies.items():
-        if nodeid not in run.main_failures and tally.passed + tally.failed:
-            tally.add(models.OUTCOME_PASSED)  # the job's own run, which passed it
+    for nodeid, tally in tallies.items():  # the job's own run
+        if nodeid in run.main_failures:
+            tally.add(models.OUTCOME_FAILED, *run.main_failures[nodeid])
+        elif tally.passed + tally.failed:
+            tally.add(models.OUTCOME_PASSED)
     for target in targets:  # found, but no re-run got to it: named, never counted as checked
         if not any(_covers(target, n) for n in tallies):
             tallies[target] = _Tally()

@@ -296,8 +296,13 @@ def ci_capture_run_id(token: str) -> str:
     return "ci-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
-def _this_run(reports_root: Path, before: Collection[str], run_id: str,
-              incident_id: Optional[str]) -> list[tuple[str, Segment]]:
+def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
+                      incident_id: Optional[str] = None) -> list[tuple[str, Segment]]:
+    """The segments one ``selfheal ci`` run recorded: written since ``before`` (the names there
+    when it started), plausible, and holding only the runs of its pytest (``capture:<run id>``:
+    the capture's, or :func:`ci_capture_run_id`'s without an incident) and of its loop on
+    ``incident_id`` (``loop:<incident id>:<n>``). Anything else a test dropped into the folder
+    meanwhile is not this run's to share."""
     capture, loop = f"capture:{run_id}", f"loop:{incident_id}:" if incident_id else None
     fresh = [path for name, path in sorted(local_segments(reports_root).items()) if name not in before]
     accepted, _ = read_segment_files(fresh)
@@ -307,19 +312,7 @@ def _this_run(reports_root: Path, before: Collection[str], run_id: str,
                     for item in segment.runs)]
 
 
-def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
-                      incident_id: Optional[str] = None) -> list[str]:
-    """The names of the segments one ``selfheal ci`` run recorded: written since ``before``
-    (the names there when it started), plausible, and holding only the runs of its pytest
-    (``capture:<run id>``: the capture's, or :func:`ci_capture_run_id`'s without an incident)
-    and of its loop on ``incident_id`` (``loop:<incident id>:<n>``). Anything else a test
-    dropped into the folder meanwhile is not this run's to share."""
-    return [name for name, _ in _this_run(reports_root, before, run_id, incident_id)]
-
-
-def passed_on_rerun_in(reports_root: Path, before: Collection[str], run_id: str) -> list[str]:
-    """The tests the run ``capture:<run id>`` recorded as passed on a re-run (segments
-    written since ``before`` only, as :func:`this_run_segments` reads them)."""
-    return list(dict.fromkeys(outcome.nodeid for _, segment in _this_run(reports_root, before, run_id, None)
-                              for item in segment.runs for outcome in item.outcomes
-                              if outcome.outcome == PASSED_ON_RERUN))
+def passed_on_rerun_in(segments: Iterable[tuple[str, Segment]]) -> list[str]:
+    """The tests ``segments`` record as passed on a re-run."""
+    return list(dict.fromkeys(outcome.nodeid for _, segment in segments for item in segment.runs
+                              for outcome in item.outcomes if outcome.outcome == PASSED_ON_RERUN))

@@ -168,10 +168,8 @@ def _relative_inside(relative: str) -> Optional[str]:
 
 
 def quarantine_path(project_root: Path, relative: str) -> Path:
-    """The quarantine file ``relative`` (``history.quarantine_file``) in the working tree, once
-    the whole path is checked: relative, inside the project with every link on the way
-    resolved, not itself a link. ``RefusedError`` (one line) otherwise: never read or written
-    outside the project."""
+    """The quarantine file ``relative`` in the working tree, once checked to be relative, inside the
+    project with every link on the way resolved, not itself a link; ``RefusedError`` otherwise."""
     inside = _relative_inside(relative)
     if inside is None:
         raise RefusedError(f"{relative}: the quarantine file must be a path inside the project")
@@ -251,10 +249,9 @@ def quarantine_in_force(
     project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None,
     *, base: Optional[RunBase] = None,
 ) -> tuple[list[QuarantineEntry], list[str]]:
-    """The quarantine every surface applies: for an event that tests code not merged yet the
-    file at the base revision (``base``, else judged from ``env`` and ``event``), never the
-    tested code's; none at all, and one warning, where no base revision was found; the working
-    tree's for merged code and outside Actions. ``(entries, warnings)``."""
+    """``(entries, warnings)`` of the quarantine every surface applies: the base revision's file for
+    code not merged yet (``base``, else judged from ``env`` and ``event``), none and one warning
+    where no base revision was found, the working tree's for merged code and outside Actions."""
     judged = base if base is not None else judge_event(env, event, project_root)
     if judged.problem is not None:
         return [], [judged.problem]

@@ -225,17 +225,9 @@ MIN_FAILURES_FOR_RATE = 2
 RERUN_DETAIL = "failed, then passed on re-run with no code change"
 
 
-def triage_failure(
-    nodeid: str,
-    fingerprint: str,
-    *,
-    base_branch: str,
-    sightings: Mapping[str, Sighting],
-    flake_rates: Mapping[str, FlakeRate],
-    passed_on_rerun: Collection[str] = (),
-    quarantine: Sequence[QuarantineEntry] = (),
-    flaky_rate: float = 0.1,
-) -> Triage:
+def triage_failure(nodeid: str, fingerprint: str, *, base_branch: str, sightings: Mapping[str, Sighting],
+                   flake_rates: Mapping[str, FlakeRate], passed_on_rerun: Collection[str] = (),
+                   quarantine: Sequence[QuarantineEntry] = (), flaky_rate: float = 0.1) -> Triage:
     """The triage of one failure (see the module docstring for the order)."""
     entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint)
     if entry is not None:
