@@ -127,8 +127,8 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
     real_fetch = share.fetch
     raced: list[str] = []
 
-    def fetch_then_lose_the_race(repo: object, remote: str, ref: str) -> object:
-        commit = real_fetch(repo, remote, ref)  # type: ignore[arg-type]
+    def fetch_then_lose_the_race(repo: object, remote: str) -> object:
+        commit = real_fetch(repo, remote)  # type: ignore[arg-type]
         if not raced:  # between our fetch and our push, another writer gets in
             raced.append("second")
             assert share.push(second, second / ".selfheal").pushed == 1

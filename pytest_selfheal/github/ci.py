@@ -402,13 +402,12 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     return result
 
 
-def comment_from_report(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-                        stream: Optional[IO[str]] = None) -> CiResult:
+def comment_from_report(options: CiOptions, *, stream: Optional[IO[str]] = None) -> CiResult:
     """Comment-only mode: post ``options.comment_from`` (a report JSON of ``selfheal ci`` or
     ``selfheal merge --json``) to the job summary, outputs and sticky comment. Runs no test,
     no code of the report's project and no hook. Exit 0; 3/4 for a bad or missing report."""
     assert options.comment_from is not None
-    source, here, ctx, rep, effective = _start(options, cwd, env, stream)
+    source, here, ctx, rep, effective = _start(options, None, None, stream)
     path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)

@@ -162,19 +162,19 @@ def _git(repo: Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] = 
         raise SharedHistoryError(one_line(f"git {args[0]}: {exc.first_line}")) from None
 
 
-def fetch(repo: Repo, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
-    """Fetch the remote's ``ref`` into the same ref of ``repo``; its commit, None when it has none."""
+def fetch(repo: Repo, remote: str) -> Optional[str]:
+    """Fetch the remote's history ref into the same ref of ``repo``; its commit, None when it has none."""
     try:
-        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"])
+        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{HISTORY_REF}:{HISTORY_REF}"])
     except GitFailed as exc:
         if _NO_REMOTE_REF in exc.stderr:
             try:
-                _run(repo, ["update-ref", "-d", ref])  # the remote dropped it: so do we
+                _run(repo, ["update-ref", "-d", HISTORY_REF])  # the remote dropped it: so do we
             except GitFailed:
                 pass  # there was no local ref either
             return None
         raise SharedHistoryError(one_line(f"git fetch {remote}: {exc.first_line}")) from None
-    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
+    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{HISTORY_REF}^{{commit}}"]).decode().strip() or None
 
 
 def _tree(root: Repo, commit: Optional[str]) -> _Tree:
@@ -259,40 +259,39 @@ def _commit(root: Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], 
                 env=identity).decode().strip()
 
 
-def _push(root: Repo, remote: str, ref: str, commit: str) -> bool:
-    """Push ``commit`` to the remote's ``ref`` (fast-forward only); False when the push lost a race."""
+def _push(root: Repo, remote: str, commit: str) -> bool:
+    """Push ``commit`` to the remote's history ref (fast-forward only); False when the push lost a race."""
     try:
-        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"])
+        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{HISTORY_REF}"])
     except GitFailed as exc:
         if any(marker in exc.stderr for marker in _RACE_MARKERS):
             return False
         raise SharedHistoryError(one_line(f"git push {remote}: {exc.first_line}")) from None
-    _git(root, ["update-ref", ref, commit])
+    _git(root, ["update-ref", HISTORY_REF, commit])
     return True
 
 
 _T = TypeVar("_T")
 
 
-def _update(repo: Repo, remote: str, ref: str, attempts: int, sleep: Callable[[float], None], gave_up: str,
+def _update(repo: Repo, remote: str, sleep: Callable[[float], None], gave_up: str,
             step: Callable[[Optional[str], _Tree, int], tuple[Optional[str], _T]]) -> _T:
-    """Fetch ``ref``, let ``step`` commit on it (None: nothing to do) and push; on a lost race,
-    again after a jittered backoff (collided writers do not collide again in step)."""
-    for attempt in range(1, attempts + 1):
-        parent = fetch(repo, remote, ref)
+    """Fetch the history ref, let ``step`` commit on it (None: nothing to do) and push; on a lost
+    race, again after a jittered backoff (collided writers do not collide again in step)."""
+    for attempt in range(1, PUSH_ATTEMPTS + 1):
+        parent = fetch(repo, remote)
         commit, result = step(parent, _tree(repo, parent), attempt)
-        if commit is None or _push(repo, remote, ref, commit):
+        if commit is None or _push(repo, remote, commit):
             return result
-        if attempt < attempts:
+        if attempt < PUSH_ATTEMPTS:
             sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up{gave_up}")
+    raise SharedHistoryError(f"git push {remote}: {HISTORY_REF} kept moving; gave up{gave_up}")
 
 
-def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
-         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
+def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, sleep: Callable[[float], None] = time.sleep,
          auth: Optional[Mapping[str, str]] = None, only: Optional[Collection[str]] = None) -> PushResult:
     """Add this machine's segments (``only`` those, the ones one run recorded) the remote lacks to
-    its ``ref``; each is read as untrusted input first. ``auth``: :func:`token_env` of a token."""
+    its history ref; each is read as untrusted input first. ``auth``: :func:`token_env` of a token."""
     local, problems = _pushable(reports_root, only)
     blobs: dict[str, str] = {}
 
@@ -311,8 +310,8 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
         return commit, PushResult(len(missing), len(local) - len(missing), attempt, problems)
 
     with _repository(project_root, auth) as repo:
-        return _update(repo, remote, ref, attempts, sleep,
-                       f" after {attempts} attempts (the segments are still here: push again)", step)
+        return _update(repo, remote, sleep, f" after {PUSH_ATTEMPTS} attempts (the segments are still here: push again)",
+                       step)
 
 
 def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], tuple[str, ...]]:
@@ -332,13 +331,13 @@ def _recorded(reports_root: Path) -> set[str]:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE,
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
-    """Fetch the remote's ``ref`` and record the runs of its segments and this machine's own in
+    """Fetch the remote's history ref and record the runs of its segments and this machine's own in
     the database, in one transaction, reading only the segments it lacks. A segment refused is
     one line in ``problems`` once, and never read again. ``auth``: as for :func:`push`."""
     with _repository(project_root, auth) as repo:
-        commit = fetch(repo, remote, ref)
+        commit = fetch(repo, remote)
         done = _recorded(reports_root)
         tree = _tree(repo, commit)
         shared, refused = _decode_all(repo, [entry for name, entry in sorted(tree.segments.items())
@@ -365,9 +364,7 @@ def _older(segment: Segment, cutoff: dt.datetime) -> bool:
 
 
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
-                   ref: str = HISTORY_REF, attempts: int = PUSH_ATTEMPTS, now: Optional[dt.datetime] = None,
-                   sleep: Callable[[float], None] = time.sleep,
-                   auth: Optional[Mapping[str, str]] = None) -> CompactResult:
+                   now: Optional[dt.datetime] = None, auth: Optional[Mapping[str, str]] = None) -> CompactResult:
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one
     compacted segment (every run kept once) and push it (:func:`_update`)."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
@@ -388,4 +385,4 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
         return commit, CompactResult(len(old), len(merged.runs))
 
     with _repository(project_root, auth) as repo:
-        return _update(repo, remote, ref, attempts, sleep, f" compacting after {attempts} attempts", step)
+        return _update(repo, remote, time.sleep, f" compacting after {PUSH_ATTEMPTS} attempts", step)

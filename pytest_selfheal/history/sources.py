@@ -245,14 +245,12 @@ def actions_event(env: Mapping[str, str]) -> dict[str, object]:
     return read_actions_event(path)[0] if path else {}
 
 
-def quarantine_in_force(
-    project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None,
-    *, base: Optional[RunBase] = None,
-) -> tuple[list[QuarantineEntry], list[str]]:
+def quarantine_in_force(project_root: Path, relative: str, env: Mapping[str, str], *,
+                        base: Optional[RunBase] = None) -> tuple[list[QuarantineEntry], list[str]]:
     """``(entries, warnings)`` of the quarantine every surface applies: the base revision's file for
-    code not merged yet (``base``, else judged from ``env`` and ``event``), none and one warning
+    code not merged yet (``base``, else judged from ``env``), none and one warning
     where no base revision was found, the working tree's for merged code and outside Actions."""
-    judged = base if base is not None else judge_event(env, event, project_root)
+    judged = base if base is not None else judge_event(env, None, project_root)
     if judged.problem is not None:
         return [], [judged.problem]
     return read_quarantine(project_root, relative, revision=judged.revision)
