@@ -38,8 +38,7 @@ def closed_fence(kept: str) -> str:
 
 
 def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Optional[str] = None) -> Optional[str]:
-    """``markdown`` cut at a line boundary to fit the step summary after ``existing_size`` bytes,
-    with a note saying by how much and where the full report is; None when not even that fits."""
+    """``markdown`` cut at a line boundary, with a note, to fit after ``existing_size`` bytes; None: nothing fits."""
     if not markdown.endswith("\n"):
         markdown += "\n"
     size, available = len(markdown.encode("utf-8")), STEP_SUMMARY_LIMIT - max(existing_size, 0)
@@ -56,8 +55,7 @@ def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Opti
 
 
 def write_step_summary(markdown: str, env: Mapping[str, str], *, full_report: Optional[str] = None) -> bool:
-    """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` within GitHub's 1 MiB per-step limit;
-    whether anything was written (a ``::warning::`` when not)."""
+    """Append ``markdown`` to the job summary within GitHub's 1 MiB per-step limit; whether it was written."""
     target = env.get("GITHUB_STEP_SUMMARY")
     if not target:
         return False
@@ -113,8 +111,7 @@ def _as_number(value: Any) -> Optional[int]:
 
 
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:
-    """The number of the pull request the event is about, or None (``workflow_run`` names none
-    for a fork's pull request)."""
+    """The number of the pull request the event is about, or None (a fork's, under ``workflow_run``)."""
     if event_name in PULL_REQUEST_EVENTS:
         number = _as_number(dig(event, "pull_request", "number"))
         return number if number is not None else _as_number(dig(event, "number"))
@@ -160,8 +157,7 @@ class ActionsContext:
         return url
 
     def event(self) -> dict[str, object]:
-        """The event payload; ``{}`` without one, with a ``::warning::`` for a missing or invalid
-        file (the caller goes on without a PR number)."""
+        """The event payload; ``{}`` without one, and a ``::warning::`` when it cannot be read."""
         payload, problem = read_actions_event(self.event_path) if self.event_path else ({}, None)
         if problem is not None:
             warning(problem)

@@ -244,8 +244,7 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
                      run_seconds: float, captured: Optional[Incident], token: str, rep: _Reporter) -> NewTestsCheck:
-    """The check of the pull request's new tests; a flaky one is recorded in the history as a
-    test that failed and passed on the same code."""
+    """The check of the pull request's new tests; a flaky one is recorded in the history."""
     failures = captured.failures if captured is not None else ()
     main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
     check = check_new_tests(NewTestsRun(project, base, options.pytest_args, run_seconds,

@@ -72,8 +72,7 @@ def _opt_int(value: Any) -> Optional[int]:
 
 
 def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
-    """The ``ci`` block of an untrusted report JSON; a field that does not fit is replaced from
-    the report or dropped."""
+    """The ``ci`` block of an untrusted report JSON; a field that does not fit is taken from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
     iterations, pr, incident = _opt_int(given.get("iterations")), _opt_int(given.get("pull_request")), given.get("incident_id")
     verdict = CiVerdict(

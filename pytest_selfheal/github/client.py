@@ -95,8 +95,7 @@ def _next_link(header: Optional[str]) -> Optional[str]:
 
 
 class GitHubClient:
-    """A small GitHub REST client for ``repository`` (``owner/name``): JSON in and out,
-    ``GitHubError`` on failure."""
+    """A small GitHub REST client for ``repository`` (``owner/name``); ``GitHubError`` on failure."""
 
     def __init__(self, api_url: str, token: Optional[str], repository: str, *, timeout: float = 20.0) -> None:
         base = (api_url or "").rstrip("/")

@@ -239,8 +239,7 @@ def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, s
 
 
 def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -> NewTestsCheck:
-    """Find the tests a pull request adds or changes and re-run them; never raises for what it
-    cannot do: the note says it."""
+    """Find the tests a pull request adds or changes and re-run them; what it cannot do, its note says."""
     settings = effective.settings.new_tests
     if not settings.enabled:
         return NewTestsCheck("new tests not checked: new_tests.enabled is false")
@@ -313,8 +312,7 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
             except InputError as exc:
                 return tallies, index, f"re-run {index + 1} gave no readable junit ({exc})"
             if not cases:
-                line = effective.redactor.redact(result.output_tail.strip().splitlines()[-1:][0]
-                                                 if result.output_tail.strip() else "no output")
+                line = effective.redactor.redact((result.output_tail.strip().splitlines() or ["no output"])[-1])
                 return tallies, index, f"re-run {index + 1} ran no test: {line}"
             fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
             for case in cases:

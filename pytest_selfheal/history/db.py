@@ -190,14 +190,12 @@ class HistoryDB:
         self.close()
 
     def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
-        """Record one run and its outcomes (from the segment ``segment``); False when its
-        ``run_key`` was recorded before: recording is idempotent."""
+        """Record one run (from ``segment``); False when its ``run_key`` was recorded before."""
         return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
     def import_runs(self, items: Iterable[tuple[RunInfo, Sequence[TestOutcome]]], *,
                     segments: Iterable[str] = ()) -> int:
-        """Record many runs (from the segments ``segments``) in one transaction; how many were
-        new. A ``run_key`` recorded before is skipped."""
+        """Record many runs (from ``segments``) in one transaction, known ``run_key`` skipped; how many were new."""
         batch = list(items)
         unknown = next((o.outcome for _, outcomes in batch for o in outcomes if o.outcome not in OUTCOMES), None)
         if unknown is not None:

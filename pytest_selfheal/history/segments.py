@@ -115,8 +115,7 @@ def replaced_path(name: str) -> str:
 
 
 def name_of_path(path: str) -> Optional[tuple[str, str]]:
-    """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
-    (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
+    """``(name, folder)`` of a path :func:`tree_path` or :func:`replaced_path` writes; None for anything else."""
     name = path.rsplit("/", 1)[-1].removesuffix(SEGMENT_SUFFIX)
     if not is_segment_name(name):
         return None
@@ -183,8 +182,7 @@ def _outcome(data: object) -> TestOutcome:
 
 
 def decode(data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
-    """The segment of ``data``, or :class:`SegmentError`; ``now``: runs recorded after it
-    (beyond :data:`CLOCK_SKEW`) are refused too."""
+    """The segment of ``data``, or :class:`SegmentError`; runs recorded after ``now`` (and the skew) are refused."""
     if len(data) > MAX_SEGMENT_BYTES:
         raise SegmentError(f"{len(data):,} bytes, over the bound of {MAX_SEGMENT_BYTES:,}")
     try:
@@ -248,8 +246,7 @@ def segments_dir(reports_root: Path) -> Path:
 
 
 def write_segment(reports_root: Path, segment: Segment) -> str:
-    """Write ``segment`` once (a file of that name holds these bytes already); its name.
-    A ``SelfhealError`` (one line) when the reports root refuses the write."""
+    """Write ``segment`` unless a file of its name exists; its name (``SelfhealError`` when refused)."""
     data = encode(segment)
     name = segment_name(data)
     folder = segments_dir(reports_root)

@@ -365,8 +365,7 @@ def _older(segment: Segment, cutoff: dt.datetime) -> bool:
 
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
                    now: Optional[dt.datetime] = None, auth: Optional[Mapping[str, str]] = None) -> CompactResult:
-    """Merge the shared segments whose runs are all older than ``older_than_days`` into one
-    compacted segment (every run kept once) and push it (:func:`_update`)."""
+    """Merge the shared segments whose runs are all older than ``older_than_days`` into one and push it."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
 
     def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:

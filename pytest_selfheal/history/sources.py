@@ -182,8 +182,7 @@ def quarantine_path(project_root: Path, relative: str) -> Path:
 def read_quarantine(
     project_root: Path, relative: str, *, revision: Optional[str] = None, today: Optional[dt.date] = None
 ) -> tuple[list[QuarantineEntry], list[str]]:
-    """``(entries in force, warnings)`` of the quarantine file ``relative`` to the project root,
-    at ``revision`` (git) when given, else in the working tree. A missing file is no entries."""
+    """``(entries in force, warnings)`` of the quarantine file at ``revision`` (git), else in the working tree."""
     day = today or dt.datetime.now(dt.timezone.utc).date()
     inside = _relative_inside(relative)
     if inside is None:

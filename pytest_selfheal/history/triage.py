@@ -272,8 +272,7 @@ def triage_headline(labels: Sequence[str], base_branch: str, passed_on_rerun: in
 
 
 def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
-    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages
-    (its ``triage_summary``); None when there are none."""
+    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages; None without any."""
     labels = [str(t.label) for t in triages if t.label in TRIAGE_LABELS]
     if not labels:
         return None
