@@ -79,8 +79,6 @@ class RunBase:
     branch: str = "main"
     #: The repository whose branch that is (None outside Actions: the branch alone decides).
     repository: Optional[str] = None
-    #: The repository (owner/name) whose branch this run's code is on: a fork's for a fork's PR.
-    head_repository: Optional[str] = None
     #: Unmerged, and no base revision found: the one line saying the quarantine is not applied.
     problem: Optional[str] = None
 
@@ -126,30 +124,25 @@ def judge_event(env: Mapping[str, str], event: Optional[Mapping[str, object]], p
     if name in PULL_REQUEST_EVENTS:
         pull = dig(event, "pull_request")
         base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
-        return _unmerged(
-            name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
-            _repository(dig(pull, "base", "repo", "full_name")) or repository,
-            head_repository(env, event), "pull_request.base.sha")
+        return _unmerged(name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
+                         _repository(dig(pull, "base", "repo", "full_name")) or repository, "pull_request.base.sha")
     if name == MERGE_GROUP:
         group = dig(event, "merge_group")
         return _unmerged(name, _sha(dig(group, "base_sha")), _branch(_text(dig(group, "base_ref"))) or configured_branch,
-                         repository, repository, "merge_group.base_sha")
+                         repository, "merge_group.base_sha")
     on_default = default is not None and _branch(ref) == default
     if name == SCHEDULE or (name in MERGED_ON_DEFAULT and on_default):
-        return RunBase(event=name, branch=configured_branch, repository=repository, head_repository=repository)
+        return RunBase(event=name, branch=configured_branch, repository=repository)
     if default is None:
         return RunBase(event=name, unmerged=True, branch=configured_branch, repository=repository,
-                       head_repository=repository,
                        problem=_fail_closed(name, "its payload names no default branch"))
-    return _unmerged(name, _default_tip(project_root, default), default, repository, repository,
+    return _unmerged(name, _default_tip(project_root, default), default, repository,
                      f"refs/remotes/{DEFAULT_REMOTE}/{default} (fetch the default branch)")
 
 
-def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optional[str],
-              head_repository: Optional[str], where: str) -> RunBase:
+def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optional[str], where: str) -> RunBase:
     problem = None if revision is not None else _fail_closed(name, f"no base revision was found ({where})")
-    return RunBase(event=name, unmerged=True, revision=revision, branch=branch, repository=repository,
-                   head_repository=head_repository, problem=problem)
+    return RunBase(event=name, unmerged=True, revision=revision, branch=branch, repository=repository, problem=problem)
 
 
 def _fail_closed(name: str, why: str) -> str:
