@@ -210,9 +210,8 @@ def _start(options: CiOptions, cwd: Optional[Path], env: Optional[Mapping[str, s
     return source, here, ctx, rep, load_config(here, env=source, overrides=overrides)
 
 
-def _write_report_files(
-    markdown: str, document: Mapping[str, Any], md_path: Path, rep: _Reporter
-) -> tuple[Optional[Path], Optional[Path]]:
+def _write_report_files(markdown: str, document: Mapping[str, Any], md_path: Path,
+                        rep: _Reporter) -> tuple[Optional[Path], Optional[Path]]:
     """Both files atomically; a failure is a warning (the summary and comment still carry it)."""
     json_path = md_path.with_suffix(".json")
     try:

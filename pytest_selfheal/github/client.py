@@ -306,8 +306,7 @@ def upsert_sticky_comment(client: GitHubClient, number: int, body: str, *, name:
     if tag not in body:
         body = f"{tag}\n{body}"
     text = fit_comment(body)
-    if author is None:
-        author = client.get_authenticated_login() or ACTIONS_BOT_LOGIN
+    author = author or client.get_authenticated_login() or ACTIONS_BOT_LOGIN
     where = f"PR #{int(number)}"
     tail = "; the report is still in the job summary."
     try:

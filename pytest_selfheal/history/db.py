@@ -140,11 +140,9 @@ class HistoryDB:
             raise _unavailable(self.path, f"schema version {version} is newer than this pytest-selfheal ({SCHEMA_VERSION})")
         if version < SCHEMA_VERSION and not create:
             raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
-        # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
-        # runs, which the history can afford (the incident files hold what the loop needs).
-        # Set before migrating: a new database's schema steps then commit to the WAL unsynced.
-        # SQLite answers "locked" at once, not after the busy timeout, while another process
-        # creating the file holds it to set the same mode.
+        # WAL + NORMAL: a power cut may lose the last runs, which the history can afford. Set before
+        # migrating (the schema steps then commit unsynced); while another process creating the
+        # file sets the same mode, SQLite answers "locked" at once, not after the busy timeout.
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
@@ -246,9 +244,8 @@ class HistoryDB:
         many runs."""
         wanted = list(dict.fromkeys(fingerprints))
         seen: dict[str, Sighting] = {}
-        # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
-        # most of them is "never seen"); chunks stay under SQLite's bound on parameters. With
-        # one MIN() aggregate, SQLite takes the bare r.commit_sha from that earliest row.
+        # One query per chunk of fingerprints (most are "never seen"), under SQLite's bound on
+        # parameters; with one MIN() aggregate, SQLite takes the bare r.commit_sha from that row.
         for start in range(0, len(wanted), _SIGHTINGS_CHUNK):
             chunk = wanted[start:start + _SIGHTINGS_CHUNK]
             for fingerprint, first_seen, runs, commit in self._db.execute(

@@ -75,10 +75,6 @@ class Segment:
     runs: tuple[SegmentRun, ...]
     replaces: tuple[str, ...] = ()
 
-    @property
-    def compacted(self) -> bool:
-        return bool(self.replaces)
-
 
 def encode(segment: Segment) -> bytes:
     """The segment's canonical bytes: sorted keys, no spaces, UTF-8 — equal runs, equal bytes."""
@@ -304,7 +300,7 @@ def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
     fresh = [path for name, path in sorted(local_segments(reports_root).items()) if name not in before]
     accepted, _ = read_segment_files(fresh)
     return [(name, segment) for name, segment in accepted
-            if segment.runs and not segment.compacted
+            if segment.runs and not segment.replaces  # a compacted segment is never one run's
             and all(item.run.run_key == capture or (loop is not None and item.run.run_key.startswith(loop))
                     for item in segment.runs)]
 
