@@ -70,12 +70,12 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[Quaran
         return [], [f"{where}{at}: not valid YAML; quarantine ignored"]
     if root is None:
         return [], []
-    items = _entry_nodes(root)
-    if items is None:
+    found = _entry_nodes(root)
+    if found is None:
         return [], [f"{where}:{root.start_mark.line + 1}: expected `{ROOT_KEY}:` with a list of entries; quarantine ignored"]
     entries: list[QuarantineEntry] = []
     warnings: list[str] = []
-    for node in items:
+    for node in found[2]:
         line = node.start_mark.line + 1
         try:
             data = _entry_mapping(node)
@@ -92,15 +92,16 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[Quaran
     return entries, warnings
 
 
-def _entry_nodes(root: Any) -> Optional[list[Any]]:
+def _entry_nodes(root: Any) -> Optional[tuple[Any, Any, list[Any]]]:
+    """``(the quarantine key, its value, its entries)`` of a document, None when it has no list there."""
     yaml = _yaml()
     if not isinstance(root, yaml.MappingNode):
         return None
     for key, value in root.value:
         if isinstance(key, yaml.ScalarNode) and key.value == ROOT_KEY:
             if isinstance(value, yaml.ScalarNode) and value.value in ("", "null", "~"):
-                return []
-            return list(value.value) if isinstance(value, yaml.SequenceNode) else None
+                return key, value, []
+            return (key, value, list(value.value)) if isinstance(value, yaml.SequenceNode) else None
     return None
 
 
@@ -176,15 +177,13 @@ def _compose(text: str) -> Any:
 def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
     """``text`` (None: no file yet) with ``entry`` appended; every other line, comments
     included, stays as it was. ``ValueError`` when the text is not a quarantine list."""
-    yaml = _yaml()
     if text is None or not text.strip():
         return HEADER + f"{ROOT_KEY}:\n" + _item_text(entry.to_mapping(), 2)
-    root = _compose(text)
-    items = _entry_nodes(root)
-    if items is None:
+    found = _entry_nodes(_compose(text))
+    if found is None:
         raise ValueError(f"expected `{ROOT_KEY}:` with a list of entries")
-    key_line, sequence = next((k.start_mark.line, v) for k, v in root.value
-                              if isinstance(k, yaml.ScalarNode) and k.value == ROOT_KEY)
+    key, sequence, items = found
+    key_line = key.start_mark.line
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
@@ -201,8 +200,7 @@ def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
 def remove_entries(text: str, *, test: Optional[str] = None, fingerprint: Optional[str] = None) -> tuple[str, int]:
     """``(text without the entries naming test/fingerprint, how many were removed)``; the
     lines of every other entry and comment stay as they were. ``ValueError`` on bad YAML."""
-    root = _compose(text)
-    items = _entry_nodes(root) or []
+    items = found[2] if (found := _entry_nodes(_compose(text))) else []
     doomed: list[tuple[int, int]] = []
     for index, node in enumerate(items):
         data = _entry_mapping(node)
