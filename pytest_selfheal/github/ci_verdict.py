@@ -120,8 +120,7 @@ def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
                                        message[:300] if isinstance(message, str) else "",
                                        reruns=_count(item.get("reruns")), planned=_count(item.get("planned"))))
     note = data.get("note")
-    seed = _opt_int(data.get("seed"))
-    return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), seed,
+    return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), _opt_int(data.get("seed")),
                          _count(data.get("reruns")), _count(data.get("not_rerun")), data.get("fails_job") is True,
                          data.get("unchecked_fails_job") is True)
 
@@ -211,9 +210,7 @@ def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
         for item in entry.triage + entry.new_failures:
             if item.nodeid:
                 fingerprints[item.nodeid] = fingerprints.get(item.nodeid) or item.fingerprint
-        latest: dict[str, str] = {}
-        for iteration in entry.iterations:
-            latest.update(iteration.outcomes)
+        latest = {nodeid: outcome for iteration in entry.iterations for nodeid, outcome in iteration.outcomes.items()}
         done = set(entry.tests_fixed) | set(entry.flaky_tests)
         for nodeid, fingerprint in fingerprints.items():
             if nodeid not in done and latest.get(nodeid, "failed") in FAILING_OUTCOMES:
@@ -223,13 +220,9 @@ def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
 
 def only_quarantined(report: Report, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
     """``{node id: reason}`` when ``quarantine`` covers every test still failing, else ``{}``."""
-    covered: dict[str, str] = {}
-    for nodeid, fingerprint in unresolved_failures(report).items():
-        entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
-        if entry is None:
-            return {}
-        covered[nodeid] = entry.reason
-    return covered
+    found = {nodeid: matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
+             for nodeid, fingerprint in unresolved_failures(report).items()}
+    return {nodeid: entry.reason for nodeid, entry in found.items() if entry} if all(found.values()) else {}
 
 
 def render_ci_markdown(report: Report, info: CiVerdict, *, error: Optional[str] = None,
