@@ -11,6 +11,7 @@ count is ``unchecked``, not a pass. The runs go through the loop's verification 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import random
 import secrets
 import tempfile
@@ -98,25 +99,16 @@ def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> 
     return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
-@dataclass
-class _Tally:
-    passed: int = 0
-    failed: int = 0
-    first_failure: str = ""
-    fingerprint: str = ""
-    reruns: int = 0
-
-    def add(self, outcome: str, message: str = "", fingerprint: str = "", *, rerun: bool = False) -> None:
-        if rerun:
-            self.reruns += 1  # a skip is a run too: a test skipped every time is not unchecked
-        if outcome == models.OUTCOME_PASSED:
-            self.passed += 1
-        elif outcome in models.FAILING_OUTCOMES:
-            self.failed += 1
-            if not self.first_failure:
-                first = next((line.strip() for line in message.splitlines() if line.strip()), "failed")
-                self.first_failure = first[:300]
-                self.fingerprint = fingerprint
+def _counted(test: NewTestResult, outcome: str, message: str = "", fingerprint: str = "", *,
+             rerun: bool = False) -> NewTestResult:
+    """``test`` with one more run; a skip is a re-run too: a test skipped every time is not unchecked."""
+    if outcome not in models.FAILING_OUTCOMES or test.first_failure:
+        first, fingerprint = test.first_failure, test.fingerprint
+    else:
+        first = next((line.strip() for line in message.splitlines() if line.strip()), "failed")[:300]
+    return dataclasses.replace(test, passed=test.passed + (outcome == models.OUTCOME_PASSED),
+                               failed=test.failed + (outcome in models.FAILING_OUTCOMES), first_failure=first,
+                               fingerprint=fingerprint, reruns=test.reruns + rerun)
 
 
 def _matches(prefix: str, case: models.TestCaseResult) -> Optional[str]:
@@ -265,14 +257,13 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
     tallies = {n: t for n, t in tallies.items() if any(_covers(target, n) for target in targets)}
     for nodeid, tally in tallies.items():  # the job's own run
         if nodeid in run.main_failures:
-            tally.add(models.OUTCOME_FAILED, *run.main_failures[nodeid])
+            tallies[nodeid] = _counted(tally, models.OUTCOME_FAILED, *run.main_failures[nodeid])
         elif tally.passed + tally.failed:
-            tally.add(models.OUTCOME_PASSED)
+            tallies[nodeid] = _counted(tally, models.OUTCOME_PASSED)
     for target in targets:  # found, but no re-run got to it: named, never counted as checked
         if not any(_covers(target, n) for n in tallies):
-            tallies[target] = _Tally()
-    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns, settings.reruns)
-                    for n, t in sorted(tallies.items()))
+            tallies[target] = NewTestResult(target, 0, 0)
+    results = tuple(dataclasses.replace(t, planned=settings.reruns) for _, t in sorted(tallies.items()))
     not_rerun = settings.reruns - done
     note = f"{len(results)} new or changed test(s) re-run {done} of {settings.reruns} time(s) (seed {seed})"
     if not_rerun:
@@ -283,12 +274,12 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
 
 
 def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str], seed: int,
-           budget: float) -> tuple[dict[str, _Tally], int, Optional[str]]:
+           budget: float) -> tuple[dict[str, NewTestResult], int, Optional[str]]:
     """The re-runs: ``(tallies by node id, re-runs done, why they ended early or None)``."""
     settings = effective.settings
     selections = list(dict.fromkeys(_unparametrised(t) for t in targets))
     rng = random.Random(seed)
-    tallies: dict[str, _Tally] = {}
+    tallies: dict[str, NewTestResult] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
         last = 0.0  # how long the last re-run took: one that would not fit is not started
@@ -318,8 +309,8 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
             for case in cases:
                 nodeid = next((n for n in (_matches(p, case) for p in selections) if n), None)
                 if nodeid is not None:
-                    tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
-                                                             fingerprints.get(case.test, ""), rerun=True)
+                    tallies[nodeid] = _counted(tallies.get(nodeid) or NewTestResult(nodeid, 0, 0), case.outcome,
+                                               case.message, fingerprints.get(case.test, ""), rerun=True)
     return tallies, settings.new_tests.reruns, None
 
 
