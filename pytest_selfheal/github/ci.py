@@ -267,11 +267,9 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
 def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
            stream: Optional[IO[str]] = None) -> CiResult:
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
-
-    Raises ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted
-    reports root, Cancelled (130) during the loop. A loop error is reported, then decides
-    the exit code; comment failures and a failing report-section hook are warnings.
-    """
+    ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted reports root,
+    Cancelled (130) during the loop. A loop error is reported, then decides the exit code;
+    comment failures and a failing report-section hook are warnings."""
     source, here, ctx, rep, effective = _start(options, cwd, env, stream)
     # Read before the tests run: a PR's conftest could rewrite $GITHUB_EVENT_PATH (another base
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).

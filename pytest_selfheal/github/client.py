@@ -1,8 +1,6 @@
-"""GitHub REST client (stdlib HTTP) and the sticky PR comment (edge; docs/github.md).
-
-The token is sent only to the origin of ``api_url`` (pagination links and redirects
-elsewhere are not followed) and never appears in an exception, a log record or a ``repr``.
-"""
+"""GitHub REST client (stdlib HTTP) and the sticky PR comment (edge; docs/github.md). The token is
+sent only to the origin of ``api_url`` (pagination links and redirects elsewhere are not followed)
+and never appears in an exception, a log record or a ``repr``."""
 
 from __future__ import annotations
 

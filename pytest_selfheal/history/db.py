@@ -1,9 +1,7 @@
-"""The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
-
-A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on one
-root wait for each other. A database that is corrupted, foreign, newer, or a symlink is
-:class:`HistoryUnavailable`: one line, and the caller goes on without history.
-"""
+"""The failure history database, ``<reports root>/history.sqlite3`` (edge: ``sqlite3``): a versioned
+schema with forward migrations; WAL and a busy timeout, so concurrent runs on one root wait for each
+other. A database that is corrupted, foreign, newer, or a symlink is :class:`HistoryUnavailable`:
+one line, and the caller goes on without history."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""History segments: the append-only, mergeable form of the failure history, and the
-segments recorded on this machine, in ``<reports root>/history-segments/``.
-
-Each recorded run is written once as a *segment*, a small JSON document named by the hash of
+"""History segments: the append-only, mergeable form of the failure history (this machine's
+in ``<reports root>/history-segments/``). Each recorded run is written once as a *segment*, a small JSON document named by the hash of
 its bytes: sharing segments never conflicts or duplicates, and the database is a cache
 rebuilt from them (keyed by ``run_key``, so a run seen in two segments counts once). A
 *compacted* segment holds many runs and the names of those it replaces, so a clone still

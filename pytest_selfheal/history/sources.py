@@ -1,7 +1,5 @@
-"""Where the history's inputs come from (edge: the environment, git, files): the CI event's
-judgement, the quarantine file and the run's context.
-
-Every Actions event is judged once, by what the tested code can reach. Code not merged yet
+"""The history's inputs (edge: the environment, git, files): the CI event's judgement and the
+quarantine file. Every Actions event is judged once, by what the tested code can reach. Code not merged yet
 reads its quarantine list at a *base revision* it cannot change (``pull_request.base.sha``,
 ``merge_group.base_sha``, else the default branch's tip as fetched), counts a failure as
 known only when seen on the base repository's own branch, and never writes the shared

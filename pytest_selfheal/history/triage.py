@@ -3,11 +3,9 @@
 One label per failure, the first that holds wins: ``quarantined`` (an entry of the quarantine
 list names its test or fingerprint), ``flaky`` (it passed on re-run with no code change, or
 its recorded flake rate is above ``history.flaky_rate``), ``known`` (its fingerprint already
-failed on the base branch), else ``new`` (most likely caused by the change under test).
-
-The quarantine list is a committed YAML file the team controls (docs/history.md
-"Quarantine"). A malformed or expired entry is left out with a warning naming its line; the
-rest still apply.
+failed on the base branch), else ``new`` (most likely caused by the change under test). In
+the team's committed quarantine list, a malformed or expired entry is left out with a warning
+naming its line; the rest still apply.
 """
 
 from __future__ import annotations
