@@ -138,14 +138,13 @@ class ActionsContext:
     token: Optional[str] = field(default=None, repr=False)
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> ActionsContext:
-        """Read the context from ``env`` (default ``os.environ``); empty values count as unset."""
-        source = os.environ if env is None else env
-        given = {name: source.get(f"GITHUB_{name.upper()}") or None for name in (
+    def from_env(cls, env: Mapping[str, str]) -> ActionsContext:
+        """Read the context from ``env``; empty values count as unset."""
+        given = {name: env.get(f"GITHUB_{name.upper()}") or None for name in (
             "repository", "event_name", "event_path", "sha", "run_id", "run_attempt", "token")}
-        return cls(api_url=(source.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
-                   server_url=(source.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
-                   in_actions=source.get("GITHUB_ACTIONS") == "true", **given)
+        return cls(api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+                   server_url=(env.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
+                   in_actions=env.get("GITHUB_ACTIONS") == "true", **given)
 
     @property
     def run_url(self) -> Optional[str]:
