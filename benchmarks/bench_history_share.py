@@ -11,7 +11,7 @@ Usage::
 
    * baseline: what the cache fallback does to combine the same runs — ``git fetch`` of
      the ref into a fresh repository (the transport alone), then ``selfheal merge
-     --history``'s ``HistoryDB.merge_from`` of a database already holding them;
+     --history``'s ``HistoryDB.import_runs`` of a database already holding them;
    * ours: ``selfheal history pull``'s ``share.pull`` into a fresh repository and reports
      root (fetch, read every segment, rebuild ``history.sqlite3`` in one transaction).
 
@@ -92,10 +92,10 @@ def bench_pull(base: Path, runs: int, failures: int, repeat: int) -> None:
     for index in range(repeat):
         def base_side(index: int = index) -> None:
             repo = fresh_repo(base / f"base-{index}", bare)
-            share.fetch(repo, "origin")
+            share.fetch(share.Repo(repo), "origin")
             with HistoryDB.open_file(shard / "history.sqlite3", create=False) as other, \
                     HistoryDB.open(repo / ".selfheal") as mine:
-                mine.merge_from(other)
+                mine.import_runs(other.runs())
 
         def our_side(index: int = index) -> None:
             repo = fresh_repo(base / f"ours-{index}", bare)

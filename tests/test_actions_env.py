@@ -14,11 +14,9 @@ from hypothesis import strategies as st
 from pytest_selfheal.github.actions_env import (
     STEP_SUMMARY_LIMIT,
     ActionsContext,
-    escape_data,
     fit_step_summary,
     format_outputs,
     pull_request_number,
-    read_event,
     warning,
     write_outputs,
     write_step_summary,
@@ -75,14 +73,14 @@ def parse_github_output(text: str) -> list[tuple[str, str]]:
 
 
 def test_summary_no_path_outside_actions() -> None:
-    assert write_step_summary("# hi", env={}) is False
+    assert write_step_summary("# hi", {}) is False
 
 
 def test_summary_appends(tmp_path: Path) -> None:
     target = tmp_path / "summary.md"
     target.write_text("existing\n", encoding="utf-8")
-    assert write_step_summary("## Report\nline", path=str(target)) is True
-    assert write_step_summary("second", env={"GITHUB_STEP_SUMMARY": str(target)}) is True
+    assert write_step_summary("## Report\nline", {"GITHUB_STEP_SUMMARY": str(target)}) is True
+    assert write_step_summary("second", {"GITHUB_STEP_SUMMARY": str(target)}) is True
     assert target.read_text(encoding="utf-8") == "existing\n## Report\nline\nsecond\n"
 
 
@@ -91,7 +89,7 @@ def test_summary_truncated_at_line_boundary_counting_existing_size(tmp_path: Pat
     target.write_bytes(b"x" * (STEP_SUMMARY_LIMIT - 10_000) + b"\n")
     lines = [f"| row {i} | é ok |" for i in range(2_000)]
     markdown = "\n".join(lines) + "\n"
-    assert write_step_summary(markdown, path=str(target), full_report="reports/selfheal-report.md") is True
+    assert write_step_summary(markdown, {"GITHUB_STEP_SUMMARY": str(target)}, full_report="reports/selfheal-report.md") is True
     data = target.read_bytes()
     assert len(data) <= STEP_SUMMARY_LIMIT
     appended = data[STEP_SUMMARY_LIMIT - 10_000 + 1 :].decode("utf-8")
@@ -108,7 +106,7 @@ def test_summary_truncated_at_line_boundary_counting_existing_size(tmp_path: Pat
 def test_summary_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "summary.md"
     target.write_bytes(b"x" * (STEP_SUMMARY_LIMIT - 20))
-    assert write_step_summary("a" * 1000, path=str(target)) is False
+    assert write_step_summary("a" * 1000, {"GITHUB_STEP_SUMMARY": str(target)}) is False
     assert target.stat().st_size == STEP_SUMMARY_LIMIT - 20
     assert capsys.readouterr().out.startswith("::warning::")
 
@@ -131,7 +129,7 @@ def test_summary_single_huge_line_cut_on_a_character_boundary() -> None:
 
 
 def test_summary_write_error_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert write_step_summary("x", path=str(tmp_path)) is False  # a directory
+    assert write_step_summary("x", {"GITHUB_STEP_SUMMARY": str(tmp_path)}) is False  # a directory
     assert "::warning::Could not write the job summary" in capsys.readouterr().out
 
 
@@ -153,15 +151,15 @@ HOSTILE_VALUES = {
 def test_outputs_read_back_exactly(tmp_path: Path) -> None:
     target = tmp_path / "output"
     target.write_text("earlier=1\n", encoding="utf-8")
-    assert write_outputs(HOSTILE_VALUES, path=str(target)) is True
+    assert write_outputs(HOSTILE_VALUES, {"GITHUB_OUTPUT": str(target)}) is True
     parsed = parse_github_output(target.read_bytes().decode("utf-8"))
     assert parsed == [("earlier", "1")] + list(HOSTILE_VALUES.items())
 
 
 def test_outputs_env_path_and_outside_actions(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    assert write_outputs({"a": "1"}, env={}) is False
-    assert write_outputs({"a": "1"}, env={"GITHUB_OUTPUT": str(target)}) is True
+    assert write_outputs({"a": "1"}, {}) is False
+    assert write_outputs({"a": "1"}, {"GITHUB_OUTPUT": str(target)}) is True
     assert parse_github_output(target.read_text(encoding="utf-8")) == [("a", "1")]
 
 
@@ -195,21 +193,21 @@ def test_outputs_roundtrip_property(values: dict[str, str]) -> None:
 
 
 def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert read_event(None) == {}
+    assert ActionsContext().event() == {}
     assert capsys.readouterr().out == ""
-    assert read_event(str(tmp_path / "missing.json")) == {}
+    assert ActionsContext(event_path=str(tmp_path / "missing.json")).event() == {}
     assert "::warning::Could not read the event payload" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
-    assert read_event(str(bad)) == {}
+    assert ActionsContext(event_path=str(bad)).event() == {}
     assert "not valid JSON" in capsys.readouterr().out
     array = tmp_path / "array.json"
     array.write_text("[1, 2]", encoding="utf-8")
-    assert read_event(str(array)) == {}
+    assert ActionsContext(event_path=str(array)).event() == {}
     assert "not a JSON object" in capsys.readouterr().out
     good = tmp_path / "event.json"
     good.write_text(json.dumps({"number": 5}), encoding="utf-8")
-    assert read_event(str(good)) == {"number": 5}
+    assert ActionsContext(event_path=str(good)).event() == {"number": 5}
 
 
 def test_one_reader_of_the_event_payload_bounds_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -218,7 +216,7 @@ def test_one_reader_of_the_event_payload_bounds_its_size(tmp_path: Path, monkeyp
     big.write_text(json.dumps({"pull_request": {"base": {"sha": "a" * 40}}}), encoding="utf-8")
     assert actions_event({"GITHUB_EVENT_PATH": str(big)})["pull_request"] == {"base": {"sha": "a" * 40}}
     monkeypatch.setattr(sources, "MAX_EVENT_BYTES", 16)
-    assert read_event(str(big)) == {}
+    assert ActionsContext(event_path=str(big)).event() == {}
     assert f"::warning::The event payload {big} is larger than 16 bytes." in capsys.readouterr().out
     assert actions_event({"GITHUB_EVENT_PATH": str(big)}) == {}  # the history reads it silently
     assert capsys.readouterr().out == ""
@@ -275,7 +273,7 @@ def test_context_from_env(tmp_path: Path) -> None:
     assert ctx.in_actions and ctx.api_url == "https://ghe.example.com/api/v3"
     assert ctx.repository == "octo/hello" and ctx.sha == "abc123" and ctx.token == "ghs_secretTokenValue123"
     assert ctx.run_url == "https://ghe.example.com/octo/hello/actions/runs/777/attempts/2"
-    assert ctx.pull_request_number() == 42
+    assert pull_request_number(ctx.event_name, ctx.event()) == 42
     assert "ghs_secretTokenValue123" not in repr(ctx)
 
 
@@ -283,7 +281,7 @@ def test_context_defaults() -> None:
     ctx = ActionsContext.from_env({"GITHUB_API_URL": "", "GITHUB_TOKEN": ""})
     assert ctx.api_url == "https://api.github.com" and ctx.server_url == "https://github.com"
     assert ctx.token is None and ctx.run_url is None and not ctx.in_actions
-    assert ctx.pull_request_number() is None
+    assert pull_request_number(ctx.event_name, ctx.event()) is None
     assert ActionsContext.from_env({"GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "5"}).run_url == (
         "https://github.com/o/r/actions/runs/5"
     )
@@ -293,7 +291,6 @@ def test_workflow_commands_are_escaped() -> None:
     out = io.StringIO()
     warning("50% done\r\nnext line ::error::injected", stream=out)
     assert out.getvalue() == "::warning::50%25 done%0D%0Anext line ::error::injected\n"
-    assert escape_data("%0A") == "%250A"
 
 
 def test_workflow_commands_default_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -124,7 +124,7 @@ def test_merge_from_a_shard_adds_only_unseen_runs(tmp_path: Path) -> None:
         a.record(run("shared", "2026-11-01T10:00:00+00:00"), [failed("t.py::a")])
         b.record(run("shared", "2026-11-01T10:00:00+00:00"), [failed("t.py::a")])
         b.record(run("b-only", "2026-11-02T10:00:00+00:00"), [failed("t.py::b")])
-        assert a.merge_from(b) == 1
+        assert a.import_runs(b.runs()) == 1
         assert [info.run_key for info, _ in a.runs()] == ["shared", "b-only"]
 
 

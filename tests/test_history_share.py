@@ -60,7 +60,7 @@ def remote_with_clones(tmp_path: Path, count: int, files: dict[str, str]) -> lis
 
 def shared_tree(clone: Path) -> list[str]:
     """The files of the remote's refs/selfheal/history, as a fresh ls-remote + fetch sees them."""
-    commit = share.fetch(clone, "origin")
+    commit = share.fetch(share.Repo(clone), "origin")
     if commit is None:
         return []
     return run_git(clone, ["ls-tree", "-r", "--name-only", commit]).decode().split()
@@ -124,17 +124,17 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
     first, second, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
     record(first / ".selfheal", first, "capture:first", [Failing("t.py::a", "fa")])
     record(second / ".selfheal", second, "capture:second", [Failing("t.py::b", "fb")])
-    real_fetch = share._fetch
+    real_fetch = share.fetch
     raced: list[str] = []
 
-    def fetch_then_lose_the_race(repo: object, remote: str, ref: str) -> object:
-        commit = real_fetch(repo, remote, ref)  # type: ignore[arg-type]
+    def fetch_then_lose_the_race(repo: object, remote: str) -> object:
+        commit = real_fetch(repo, remote)  # type: ignore[arg-type]
         if not raced:  # between our fetch and our push, another writer gets in
             raced.append("second")
             assert share.push(second, second / ".selfheal").pushed == 1
         return commit
 
-    monkeypatch.setattr(share, "_fetch", fetch_then_lose_the_race)
+    monkeypatch.setattr(share, "fetch", fetch_then_lose_the_race)
     sleeps: list[float] = []
     result = share.push(first, first / ".selfheal", sleep=sleeps.append)
     monkeypatch.undo()

@@ -183,8 +183,8 @@ def test_under_selfheal_ci_the_green_run_is_found_by_its_token(pytester: pytest.
     monkeypatch.setenv(CI_RUN_ENV, "token-of-this-ci-run")
     assert_outcomes(pytester.runpytest("--selfheal", *RERUNFAILURES), passed=2, rerun=1)
     token_run = ci_capture_run_id("token-of-this-ci-run")
-    assert passed_on_rerun_in(root, before, token_run) == ["test_x.py::test_flaky"]
-    assert passed_on_rerun_in(root, set(), ci_capture_run_id("another-token")) == []
+    assert passed_on_rerun_in(this_run_segments(root, before, token_run)) == ["test_x.py::test_flaky"]
+    assert passed_on_rerun_in(this_run_segments(root, set(), ci_capture_run_id("another-token"))) == []
     assert len(this_run_segments(root, before, token_run)) == 1
 
 

@@ -133,7 +133,7 @@ def merge_histories(root: Path, shards: list[Path]) -> None:
             raise NotFoundError(f"{shard}: no history database there")
         try:
             with HistoryDB.open_file(source, create=False) as other, HistoryDB.open(root) as mine:
-                added = mine.merge_from(other)
+                added = mine.import_runs(other.runs())
         except HistoryUnavailable as exc:
             raise InputError(str(exc).replace("; continuing without history", "")) from None
         print(f"merged {added} run(s) of {shard} into {mine.path}", file=sys.stderr)

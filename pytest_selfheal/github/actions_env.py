@@ -22,51 +22,41 @@ DEFAULT_SERVER_URL = "https://github.com"
 _OUTPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-def escape_data(message: str) -> str:
-    """Escape a workflow command's message like actions/toolkit does (% CR LF)."""
-    return message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
 def warning(message: str, *, stream: Optional[IO[str]] = None) -> None:
-    """Print a ``::warning::`` workflow command; the escaping keeps a multi-line message (or one
-    holding "::") from injecting further commands."""
+    """Print a ``::warning::`` workflow command, escaped as actions/toolkit does (% CR LF): a
+    multi-line message (or one holding "::") cannot inject further commands."""
     out = stream if stream is not None else sys.stdout
-    out.write(f"::warning::{escape_data(message)}\n")
+    out.write("::warning::" + message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A") + "\n")
     out.flush()
 
 
+def closed_fence(kept: str) -> str:
+    """``kept`` with the code fence it leaves open closed: a note after it must not render as code."""
+    if sum(1 for line in kept.split("\n") if line.lstrip().startswith("```")) % 2:
+        kept += ("" if kept.endswith("\n") else "\n") + "```\n"
+    return kept
+
+
 def fit_step_summary(markdown: str, existing_size: int = 0, *, full_report: Optional[str] = None) -> Optional[str]:
-    """``markdown`` cut at a line boundary to fit the step summary after ``existing_size`` bytes,
-    with a note saying by how much and where the full report is; None when not even that fits."""
+    """``markdown`` cut at a line boundary, with a note, to fit after ``existing_size`` bytes; None: nothing fits."""
     if not markdown.endswith("\n"):
         markdown += "\n"
-    data = markdown.encode("utf-8")
-    available = STEP_SUMMARY_LIMIT - max(existing_size, 0)
-    if len(data) <= available:
+    size, available = len(markdown.encode("utf-8")), STEP_SUMMARY_LIMIT - max(existing_size, 0)
+    if size <= available:
         return markdown
-    over = len(data) - available
-    note = (f"\n> Report truncated: {over:,} bytes over GitHub's 1 MiB step summary limit. "
-            f"Full report: {full_report or 'the selfheal report artifact'}\n").encode()
-    closer = b"```\n"
-    budget = available - len(note) - len(closer)
+    note = (f"\n> Report truncated: {size - available:,} bytes over GitHub's 1 MiB step summary limit. "
+            f"Full report: {full_report or 'the selfheal report artifact'}\n")
+    budget = available - len(note.encode("utf-8")) - len("```\n")
     if budget <= 0:
         return None
-    kept = data[:budget]
-    newline = kept.rfind(b"\n")
     # At a line boundary, or at a UTF-8 character boundary when one line alone is too long.
-    kept = kept[:newline + 1] if newline >= 0 else kept.decode("utf-8", errors="ignore").encode("utf-8")
-    if sum(1 for line in kept.split(b"\n") if line.lstrip().startswith(b"```")) % 2:  # the note would be code
-        if not kept.endswith(b"\n"):
-            kept += b"\n"
-        kept += closer
-    return (kept + note).decode("utf-8")
+    kept = markdown.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
+    return closed_fence(kept[:kept.rfind("\n") + 1] or kept) + note
 
 
-def write_step_summary(markdown: str, *, path: Optional[str] = None, full_report: Optional[str] = None,
-                       env: Optional[Mapping[str, str]] = None) -> bool:
-    """Append ``markdown`` to the job summary (``path``, default ``$GITHUB_STEP_SUMMARY``) within
-    GitHub's 1 MiB per-step limit; whether anything was written (a ``::warning::`` when not)."""
-    target = path if path is not None else (os.environ if env is None else env).get("GITHUB_STEP_SUMMARY")
+def write_step_summary(markdown: str, env: Mapping[str, str], *, full_report: Optional[str] = None) -> bool:
+    """Append ``markdown`` to the job summary within GitHub's 1 MiB per-step limit; whether it was written."""
+    target = env.get("GITHUB_STEP_SUMMARY")
     if not target:
         return False
     try:
@@ -107,23 +97,10 @@ def format_outputs(outputs: Mapping[str, str], *, delimiter_factory: Optional[Ca
     return "".join(parts)
 
 
-def write_outputs(outputs: Mapping[str, str], *, path: Optional[str] = None,
-                  env: Optional[Mapping[str, str]] = None) -> bool:
-    """Append step outputs to ``$GITHUB_OUTPUT`` (or ``path``); whether they were written."""
-    text = format_outputs(outputs)
-    target = path if path is not None else (os.environ if env is None else env).get("GITHUB_OUTPUT")
-    return bool(target) and _append(str(target), text, "the step outputs")
-
-
-def read_event(path: Optional[str]) -> dict[str, Any]:
-    """The event payload at ``path`` (``$GITHUB_EVENT_PATH``); ``{}`` without one, and with a
-    ``::warning::`` for a missing or invalid file (the caller goes on without a PR number)."""
-    if not path:
-        return {}
-    payload, problem = read_actions_event(path)
-    if problem is not None:
-        warning(problem)
-    return payload
+def write_outputs(outputs: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """Append step outputs to ``$GITHUB_OUTPUT``; whether they were written."""
+    target = env.get("GITHUB_OUTPUT")
+    return bool(target) and _append(str(target), format_outputs(outputs), "the step outputs")
 
 
 def _as_number(value: Any) -> Optional[int]:
@@ -134,8 +111,7 @@ def _as_number(value: Any) -> Optional[int]:
 
 
 def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> Optional[int]:
-    """The number of the pull request the event is about, or None (``workflow_run`` names none
-    for a fork's pull request)."""
+    """The number of the pull request the event is about, or None (a fork's, under ``workflow_run``)."""
     if event_name in PULL_REQUEST_EVENTS:
         number = _as_number(dig(event, "pull_request", "number"))
         return number if number is not None else _as_number(dig(event, "number"))
@@ -162,14 +138,13 @@ class ActionsContext:
     token: Optional[str] = field(default=None, repr=False)
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> ActionsContext:
-        """Read the context from ``env`` (default ``os.environ``); empty values count as unset."""
-        source = os.environ if env is None else env
-        given = {name: source.get(f"GITHUB_{name.upper()}") or None for name in (
+    def from_env(cls, env: Mapping[str, str]) -> ActionsContext:
+        """Read the context from ``env``; empty values count as unset."""
+        given = {name: env.get(f"GITHUB_{name.upper()}") or None for name in (
             "repository", "event_name", "event_path", "sha", "run_id", "run_attempt", "token")}
-        return cls(api_url=(source.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
-                   server_url=(source.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
-                   in_actions=source.get("GITHUB_ACTIONS") == "true", **given)
+        return cls(api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+                   server_url=(env.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
+                   in_actions=env.get("GITHUB_ACTIONS") == "true", **given)
 
     @property
     def run_url(self) -> Optional[str]:
@@ -180,8 +155,9 @@ class ActionsContext:
             url += f"/attempts/{self.run_attempt}"
         return url
 
-    def event(self) -> dict[str, Any]:
-        return read_event(self.event_path)
-
-    def pull_request_number(self) -> Optional[int]:
-        return pull_request_number(self.event_name, self.event())
+    def event(self) -> dict[str, object]:
+        """The event payload; ``{}`` without one, and a ``::warning::`` when it cannot be read."""
+        payload, problem = read_actions_event(self.event_path) if self.event_path else ({}, None)
+        if problem is not None:
+            warning(problem)
+        return payload

@@ -144,10 +144,6 @@ class CiResult:
     #: The history segments the action's history-push step shares (only for merged code).
     history_segments: list[str] = field(default_factory=list)
 
-    @property
-    def new_flaky_tests(self) -> list[str]:
-        return list(self.verdict.new_tests.flaky) if self.verdict.new_tests is not None else []
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of the run (``--json``); the step outputs are its :data:`OUTPUTS`."""
         verdict, comment = self.verdict, self.comment
@@ -160,7 +156,7 @@ class CiResult:
             "pull_request": self.pull_request,
             "comment": None if comment is None else {"action": comment.action, "id": comment.comment_id,
                                                      "url": comment.url, "warning": comment.warning},
-            "warnings": list(self.warnings), "error": self.error, "new_flaky_tests": self.new_flaky_tests,
+            "warnings": list(self.warnings), "error": self.error, "new_flaky_tests": list(verdict.new_tests.flaky if verdict.new_tests else ()),
             "history_segments": list(self.history_segments),
         }
 
@@ -214,9 +210,8 @@ def _start(options: CiOptions, cwd: Optional[Path], env: Optional[Mapping[str, s
     return source, here, ctx, rep, load_config(here, env=source, overrides=overrides)
 
 
-def _write_report_files(
-    markdown: str, document: Mapping[str, Any], md_path: Path, rep: _Reporter
-) -> tuple[Optional[Path], Optional[Path]]:
+def _write_report_files(markdown: str, document: Mapping[str, Any], md_path: Path,
+                        rep: _Reporter) -> tuple[Optional[Path], Optional[Path]]:
     """Both files atomically; a failure is a warning (the summary and comment still carry it)."""
     json_path = md_path.with_suffix(".json")
     try:
@@ -233,14 +228,13 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
              rep: _Reporter) -> None:
     """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
     if not options.post_only:
-        write_step_summary(result.markdown, full_report=str(result.report_path) if result.report_path else None,
-                           env=env)
-        write_outputs(result.outputs(), env=env)
+        write_step_summary(result.markdown, env, full_report=str(result.report_path) if result.report_path else None)
+        write_outputs(result.outputs(), env)
     if options.comment:
         # A green run only updates an existing comment: no noise on green PRs.
         info = result.verdict
-        create = (info.final_status not in (FinalStatus.PASSED, "no_incidents") or bool(result.new_flaky_tests)
-                  or bool(info.new_tests and info.new_tests.unchecked))
+        create = (info.final_status not in (FinalStatus.PASSED, "no_incidents")
+                  or bool(info.new_tests and (info.new_tests.flaky or info.new_tests.unchecked)))
         result.comment = post_comment(ctx, result.pull_request, result.markdown + comment_footer(info),
                                       name=options.report_name, create=create,
                                       expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say)
@@ -249,8 +243,7 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
                      env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
                      run_seconds: float, captured: Optional[Incident], token: str, rep: _Reporter) -> NewTestsCheck:
-    """The check of the pull request's new tests; a flaky one is recorded in the history as a
-    test that failed and passed on the same code."""
+    """The check of the pull request's new tests; a flaky one is recorded in the history."""
     failures = captured.failures if captured is not None else ()
     main_failures = {f.nodeid: (f.message, f.fingerprint) for f in failures if f.nodeid}
     check = check_new_tests(NewTestsRun(project, base, options.pytest_args, run_seconds,
@@ -274,11 +267,9 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
 def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
            stream: Optional[IO[str]] = None) -> CiResult:
     """pytest --selfheal, the loop on what it captured, the report everywhere; see module doc.
-
-    Raises ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted
-    reports root, Cancelled (130) during the loop. A loop error is reported, then decides
-    the exit code; comment failures and a failing report-section hook are warnings.
-    """
+    ConfigError/UsageError (2) before anything runs, InputError (3) for a corrupted reports root,
+    Cancelled (130) during the loop. A loop error is reported, then decides the exit code;
+    comment failures and a failing report-section hook are warnings."""
     source, here, ctx, rep, effective = _start(options, cwd, env, stream)
     # Read before the tests run: a PR's conftest could rewrite $GITHUB_EVENT_PATH (another base
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
@@ -315,7 +306,7 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     if captured is None:
         # Tests that passed only on a re-run: its pytest recorded them under the token's run id.
         verdict = dataclasses.replace(verdict_without_incident(code), passed_on_rerun=tuple(
-            passed_on_rerun_in(root, segments_before, ci_capture_run_id(token))))
+            passed_on_rerun_in(this_run_segments(root, segments_before, ci_capture_run_id(token)))))
         report = build_report(incidents=[], effective_config=effective.values, origins=effective.origins)
         gone = judging.forgotten_stops(project, root) if verdict.final_status == FinalStatus.PASSED else []
         if gone:  # a stop kept outside the project whose records are gone: no pass (store/judging.py)
@@ -384,20 +375,18 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
             rep.say(f"selfheal ci: every failure left is quarantined ({', '.join(sorted(covered))}): "
                     "they do not fail the job")
             exit_code = EXIT_OK
-    if new_tests.flaky and new_tests.fails_job and exit_code == EXIT_OK:
-        rep.say(f"selfheal ci: {len(new_tests.flaky)} new or changed test(s) flaky: the job fails "
-                "(fail-on-new-flaky: false only reports them)")
-        exit_code = EXIT_UNRESOLVED
-    if new_tests.unchecked and new_tests.unchecked_fails_job and exit_code == EXIT_OK:
-        rep.say(f"selfheal ci: {len(new_tests.unchecked)} new or changed test(s) unchecked (not re-run their "
-                "count): the job fails (fail-on-new-unchecked: false only reports them)")
-        exit_code = EXIT_UNRESOLVED
+    for tests, fails, what, flag in ((new_tests.flaky, new_tests.fails_job, "flaky", "flaky"), (
+            new_tests.unchecked, new_tests.unchecked_fails_job, "unchecked (not re-run their count)", "unchecked")):
+        if tests and fails and exit_code == EXIT_OK:
+            rep.say(f"selfheal ci: {len(tests)} new or changed test(s) {what}: the job fails "
+                    f"(fail-on-new-{flag}: false only reports them)")
+            exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
     if base.shares and effective.settings.history.enabled:
         try:
-            result.history_segments = this_run_segments(
+            result.history_segments = [name for name, _ in this_run_segments(
                 root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
-                captured.incident_id if captured is not None else None)
+                captured.incident_id if captured is not None else None)]
         except SelfhealError as exc:  # nothing to share is no reason to lose the report
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
@@ -409,17 +398,16 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     return result
 
 
-def comment_from_report(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-                        stream: Optional[IO[str]] = None) -> CiResult:
+def comment_from_report(options: CiOptions, *, stream: Optional[IO[str]] = None) -> CiResult:
     """Comment-only mode: post ``options.comment_from`` (a report JSON of ``selfheal ci`` or
     ``selfheal merge --json``) to the job summary, outputs and sticky comment. Runs no test,
     no code of the report's project and no hook. Exit 0; 3/4 for a bad or missing report."""
     assert options.comment_from is not None
-    source, here, ctx, rep, effective = _start(options, cwd, env, stream)
+    source, here, ctx, rep, effective = _start(options, None, None, stream)
     path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
-    number = options.pull_request or info.pull_request or ctx.pull_request_number()
+    number = options.pull_request or info.pull_request or pull_request_number(ctx.event_name, ctx.event())
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
     run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None

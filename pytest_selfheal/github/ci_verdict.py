@@ -24,10 +24,7 @@ from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.run import describe_pytest_exit
 from pytest_selfheal.store.ids import is_incident_id
 
-# Stop reasons of ``selfheal ci`` when the loop did not run.
-STOP_NONE = "none"
-STOP_NOT_CAPTURED = "not_captured"
-STOP_PYTEST_ERROR = "pytest_error"
+STOP_NONE = "none"  # the stop reason of ``selfheal ci`` when nothing was looped
 
 _STATUS_WORD = re.compile(r"^[a-z][a-z_]{0,39}$")
 _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
@@ -35,8 +32,8 @@ _SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
 
 def verdict_without_incident(pytest_exit_code: int) -> CiVerdict:
     """The verdict when pytest captured no incident: passed, failed (not captured) or error."""
-    status, reason = {0: (FinalStatus.PASSED, STOP_NONE), 1: (FinalStatus.FAILED, STOP_NOT_CAPTURED)}.get(
-        pytest_exit_code, (FinalStatus.ERROR, STOP_PYTEST_ERROR))
+    status, reason = {0: (FinalStatus.PASSED, STOP_NONE), 1: (FinalStatus.FAILED, "not_captured")}.get(
+        pytest_exit_code, (FinalStatus.ERROR, "pytest_error"))
     return CiVerdict(status, reason, 0, None, pytest_exit_code)
 
 
@@ -75,8 +72,7 @@ def _opt_int(value: Any) -> Optional[int]:
 
 
 def sanitize_ci_info(data: Any, report: Report) -> CiVerdict:
-    """The ``ci`` block of an untrusted report JSON; a field that does not fit is replaced from
-    the report or dropped."""
+    """The ``ci`` block of an untrusted report JSON; a field that does not fit is taken from the report or dropped."""
     given: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
     iterations, pr, incident = _opt_int(given.get("iterations")), _opt_int(given.get("pull_request")), given.get("incident_id")
     verdict = CiVerdict(
@@ -124,8 +120,7 @@ def sanitize_new_tests(data: Any) -> Optional[NewTestsCheck]:
                                        message[:300] if isinstance(message, str) else "",
                                        reruns=_count(item.get("reruns")), planned=_count(item.get("planned"))))
     note = data.get("note")
-    seed = _opt_int(data.get("seed"))
-    return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), seed,
+    return NewTestsCheck(note[:500] if isinstance(note, str) else "", tuple(tests), _opt_int(data.get("seed")),
                          _count(data.get("reruns")), _count(data.get("not_rerun")), data.get("fails_job") is True,
                          data.get("unchecked_fails_job") is True)
 
@@ -179,13 +174,9 @@ def ci_headline(report: Report, info: CiVerdict) -> str:
         return render_headline(report)
     status = text(info.final_status, 60)
     verdict = f"{status} — stop reason {code(info.stop_reason, 60)}"
-    exit_code = info.pytest_exit_code
-    new_tests = info.new_tests
-    odd: tuple[str, ...] = ()
-    what = ""
-    if new_tests is not None:
-        odd, what = ((new_tests.flaky, "passed and failed on re-runs") if new_tests.flaky
-                     else (new_tests.unchecked, "could not be re-run their count"))
+    exit_code, new_tests = info.pytest_exit_code, info.new_tests
+    odd, what = ((), "") if new_tests is None else (new_tests.flaky, "passed and failed on re-runs") if (
+        new_tests.flaky) else (new_tests.unchecked, "could not be re-run their count")
     if info.final_status == FinalStatus.PASSED and new_tests is not None and odd:
         details = (f"pytest passed, but {len(odd)} new or changed test{'s' if len(odd) != 1 else ''} {what} (below)"
                    + ("; the job fails" if new_tests.fails else ""))
@@ -219,9 +210,7 @@ def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
         for item in entry.triage + entry.new_failures:
             if item.nodeid:
                 fingerprints[item.nodeid] = fingerprints.get(item.nodeid) or item.fingerprint
-        latest: dict[str, str] = {}
-        for iteration in entry.iterations:
-            latest.update(iteration.outcomes)
+        latest = {nodeid: outcome for iteration in entry.iterations for nodeid, outcome in iteration.outcomes.items()}
         done = set(entry.tests_fixed) | set(entry.flaky_tests)
         for nodeid, fingerprint in fingerprints.items():
             if nodeid not in done and latest.get(nodeid, "failed") in FAILING_OUTCOMES:
@@ -231,23 +220,13 @@ def unresolved_failures(report: Report) -> dict[str, Optional[str]]:
 
 def only_quarantined(report: Report, quarantine: Sequence[QuarantineEntry]) -> dict[str, str]:
     """``{node id: reason}`` when ``quarantine`` covers every test still failing, else ``{}``."""
-    covered: dict[str, str] = {}
-    for nodeid, fingerprint in unresolved_failures(report).items():
-        entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
-        if entry is None:
-            return {}
-        covered[nodeid] = entry.reason
-    return covered
+    found = {nodeid: matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint or "")
+             for nodeid, fingerprint in unresolved_failures(report).items()}
+    return {nodeid: entry.reason for nodeid, entry in found.items() if entry} if all(found.values()) else {}
 
 
-def render_ci_markdown(
-    report: Report,
-    info: CiVerdict,
-    *,
-    error: Optional[str] = None,
-    pm: Optional[pluggy.PluginManager] = None,
-    proposed_patch: Optional[bytes] = None,
-) -> str:
+def render_ci_markdown(report: Report, info: CiVerdict, *, error: Optional[str] = None,
+                       pm: Optional[pluggy.PluginManager] = None, proposed_patch: Optional[bytes] = None) -> str:
     """The headline, the check of new tests, a fix only proposed, the report with the sections of
     ``pm``'s hooks (a failing one is a ``ConfigError``), and a loop ``error``."""
     body = f"{ci_headline(report, info)}\n\n"

@@ -1,8 +1,6 @@
-"""GitHub REST client (stdlib HTTP) and the sticky PR comment (edge; docs/github.md).
-
-The token is sent only to the origin of ``api_url`` (pagination links and redirects
-elsewhere are not followed) and never appears in an exception, a log record or a ``repr``.
-"""
+"""GitHub REST client (stdlib HTTP) and the sticky PR comment (edge; docs/github.md). The token is
+sent only to the origin of ``api_url`` (pagination links and redirects elsewhere are not followed)
+and never appears in an exception, a log record or a ``repr``."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ from http.client import HTTPException, HTTPMessage
 from typing import Any, Optional
 
 from pytest_selfheal.errors import EXIT_IO, SelfhealError
+from pytest_selfheal.github.actions_env import closed_fence
 from pytest_selfheal.history.records import plausible_repository
 from pytest_selfheal.records.ci import IssueComment
 
@@ -94,8 +93,7 @@ def _next_link(header: Optional[str]) -> Optional[str]:
 
 
 class GitHubClient:
-    """A small GitHub REST client for ``repository`` (``owner/name``): JSON in and out,
-    ``GitHubError`` on failure."""
+    """A small GitHub REST client for ``repository`` (``owner/name``); ``GitHubError`` on failure."""
 
     def __init__(self, api_url: str, token: Optional[str], repository: str, *, timeout: float = 20.0) -> None:
         base = (api_url or "").rstrip("/")
@@ -255,13 +253,9 @@ def fit_comment(body: str, limit: int = MAX_COMMENT_CHARS) -> str:
     newline = kept.rfind("\n")
     if newline >= budget // 2:
         kept = kept[: newline + 1]
-    closers = ""
-    if sum(1 for line in kept.split("\n") if line.lstrip().startswith("```")) % 2:
-        closers += ("" if kept.endswith("\n") else "\n") + "```\n"
     open_details = kept.count("<details") - kept.count("</details>")
-    closers += "</details>\n" * max(0, min(open_details, 4))
     prefix = f"{tag}\n" if tag and tag not in kept else ""
-    return prefix + kept + closers + note
+    return prefix + closed_fence(kept) + "</details>\n" * max(0, min(open_details, 4)) + note
 
 
 def _fit_in_bytes(body: str) -> str:
@@ -302,18 +296,15 @@ def _send(call: Callable[[str], IssueComment], text: str, original: str) -> Issu
 
 def upsert_sticky_comment(client: GitHubClient, number: int, body: str, *, name: str = "default",
                           author: Optional[str] = None, create: bool = True) -> CommentResult:
-    """Create (unless not ``create``) or update the one report comment on PR ``number``, found by
-    its :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
-
-    403/404 (a fork PR's read-only token, no access) and a body GitHub still refuses after
-    one harder truncation give ``"skipped"`` with a warning; other errors raise GitHubError.
-    """
+    """Create (unless not ``create``) or update the one report comment on PR ``number``, found by its
+    :func:`marker` **and** its author (``author``, else the token's login, else ``github-actions[bot]``).
+    403/404 (a fork PR's read-only token) and a body still refused after one harder truncation give
+    ``"skipped"`` with a warning; other errors raise GitHubError."""
     tag = marker(name)
     if tag not in body:
         body = f"{tag}\n{body}"
     text = fit_comment(body)
-    if author is None:
-        author = client.get_authenticated_login() or ACTIONS_BOT_LOGIN
+    author = author or client.get_authenticated_login() or ACTIONS_BOT_LOGIN
     where = f"PR #{int(number)}"
     tail = "; the report is still in the job summary."
     try:

@@ -11,6 +11,7 @@ count is ``unchecked``, not a pass. The runs go through the loop's verification 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import random
 import secrets
 import tempfile
@@ -51,10 +52,9 @@ _VALUED = frozenset({*SAFE_VALUED, "-p", "-o", "--override-ini", "-c", "--config
 
 Say = Callable[[str], None]
 Span = tuple[int, int]
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
-def _span(node: Union[FunctionNode, ast.ClassDef]) -> Span:
+def _span(node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> Span:
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     return first, node.end_lineno or node.lineno
 
@@ -79,10 +79,8 @@ def changed_tests(source: str, ranges: Sequence[Span]) -> list[str]:
             first, last = _span(node)
             inside = [(max(a, first), min(b, last)) for a, b in ranges if a <= last and b >= first]
             outside = any(not any(s[0] <= a and b <= s[1] for s in spans) for a, b in inside)
-            if outside:
-                names.append(node.name)
-            else:
-                names += [f"{node.name}::{t.name}" for t, s in zip(tests, spans) if _overlaps(s, ranges)]
+            names += [node.name] if outside else [f"{node.name}::{t.name}" for t, s in zip(tests, spans)
+                                                  if _overlaps(s, ranges)]
     return names
 
 
@@ -101,25 +99,16 @@ def budget_seconds(run_seconds: float, max_seconds: float, max_share: float) -> 
     return max(0.0, min(max_seconds, max(BUDGET_FLOOR_SECONDS, max_share * run_seconds)))
 
 
-@dataclass
-class _Tally:
-    passed: int = 0
-    failed: int = 0
-    first_failure: str = ""
-    fingerprint: str = ""
-    reruns: int = 0
-
-    def add(self, outcome: str, message: str = "", fingerprint: str = "", *, rerun: bool = False) -> None:
-        if rerun:
-            self.reruns += 1  # a skip is a run too: a test skipped every time is not unchecked
-        if outcome == models.OUTCOME_PASSED:
-            self.passed += 1
-        elif outcome in models.FAILING_OUTCOMES:
-            self.failed += 1
-            if not self.first_failure:
-                first = next((line.strip() for line in message.splitlines() if line.strip()), "failed")
-                self.first_failure = first[:300]
-                self.fingerprint = fingerprint
+def _counted(test: NewTestResult, outcome: str, message: str = "", fingerprint: str = "", *,
+             rerun: bool = False) -> NewTestResult:
+    """``test`` with one more run; a skip is a re-run too: a test skipped every time is not unchecked."""
+    if outcome not in models.FAILING_OUTCOMES or test.first_failure:
+        first, fingerprint = test.first_failure, test.fingerprint
+    else:
+        first = next((line.strip() for line in message.splitlines() if line.strip()), "failed")[:300]
+    return dataclasses.replace(test, passed=test.passed + (outcome == models.OUTCOME_PASSED),
+                               failed=test.failed + (outcome in models.FAILING_OUTCOMES), first_failure=first,
+                               fingerprint=fingerprint, reruns=test.reruns + rerun)
 
 
 def _matches(prefix: str, case: models.TestCaseResult) -> Optional[str]:
@@ -242,8 +231,7 @@ def find_new_tests(run: NewTestsRun, effective: EffectiveConfig, base: str, *, s
 
 
 def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -> NewTestsCheck:
-    """Find the tests a pull request adds or changes and re-run them; never raises for what it
-    cannot do: the note says it."""
+    """Find the tests a pull request adds or changes and re-run them; what it cannot do, its note says."""
     settings = effective.settings.new_tests
     if not settings.enabled:
         return NewTestsCheck("new tests not checked: new_tests.enabled is false")
@@ -267,17 +255,15 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
         f"(seed {seed}, budget {budget:.1f} s)")
     tallies, done, error = _rerun(run, effective, targets, seed, budget)
     tallies = {n: t for n, t in tallies.items() if any(_covers(target, n) for target in targets)}
-    for nodeid, (message, fingerprint) in run.main_failures.items():
-        if nodeid in tallies:
-            tallies[nodeid].add(models.OUTCOME_FAILED, message, fingerprint)
-    for nodeid, tally in tallies.items():
-        if nodeid not in run.main_failures and tally.passed + tally.failed:
-            tally.add(models.OUTCOME_PASSED)  # the job's own run, which passed it
+    for nodeid, tally in tallies.items():  # the job's own run
+        if nodeid in run.main_failures:
+            tallies[nodeid] = _counted(tally, models.OUTCOME_FAILED, *run.main_failures[nodeid])
+        elif tally.passed + tally.failed:
+            tallies[nodeid] = _counted(tally, models.OUTCOME_PASSED)
     for target in targets:  # found, but no re-run got to it: named, never counted as checked
         if not any(_covers(target, n) for n in tallies):
-            tallies[target] = _Tally()
-    results = tuple(NewTestResult(n, t.passed, t.failed, t.first_failure, t.fingerprint, t.reruns, settings.reruns)
-                    for n, t in sorted(tallies.items()))
+            tallies[target] = NewTestResult(target, 0, 0)
+    results = tuple(dataclasses.replace(t, planned=settings.reruns) for _, t in sorted(tallies.items()))
     not_rerun = settings.reruns - done
     note = f"{len(results)} new or changed test(s) re-run {done} of {settings.reruns} time(s) (seed {seed})"
     if not_rerun:
@@ -288,12 +274,12 @@ def check_new_tests(run: NewTestsRun, effective: EffectiveConfig, *, say: Say) -
 
 
 def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str], seed: int,
-           budget: float) -> tuple[dict[str, _Tally], int, Optional[str]]:
+           budget: float) -> tuple[dict[str, NewTestResult], int, Optional[str]]:
     """The re-runs: ``(tallies by node id, re-runs done, why they ended early or None)``."""
     settings = effective.settings
     selections = list(dict.fromkeys(_unparametrised(t) for t in targets))
     rng = random.Random(seed)
-    tallies: dict[str, _Tally] = {}
+    tallies: dict[str, NewTestResult] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="selfheal-new-tests-") as scratch:
         last = 0.0  # how long the last re-run took: one that would not fit is not started
@@ -317,15 +303,14 @@ def _rerun(run: NewTestsRun, effective: EffectiveConfig, targets: Sequence[str],
             except InputError as exc:
                 return tallies, index, f"re-run {index + 1} gave no readable junit ({exc})"
             if not cases:
-                line = effective.redactor.redact(result.output_tail.strip().splitlines()[-1:][0]
-                                                 if result.output_tail.strip() else "no output")
+                line = effective.redactor.redact((result.output_tail.strip().splitlines() or ["no output"])[-1])
                 return tallies, index, f"re-run {index + 1} ran no test: {line}"
             fingerprints = {f.test: f.fingerprint for f in failures_from_cases(cases)}
             for case in cases:
                 nodeid = next((n for n in (_matches(p, case) for p in selections) if n), None)
                 if nodeid is not None:
-                    tallies.setdefault(nodeid, _Tally()).add(case.outcome, case.message,
-                                                             fingerprints.get(case.test, ""), rerun=True)
+                    tallies[nodeid] = _counted(tallies.get(nodeid) or NewTestResult(nodeid, 0, 0), case.outcome,
+                                               case.message, fingerprints.get(case.test, ""), rerun=True)
     return tallies, settings.new_tests.reruns, None
 
 

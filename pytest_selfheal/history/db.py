@@ -1,9 +1,7 @@
-"""The failure history database: ``<reports root>/history.sqlite3`` (edge: stdlib ``sqlite3``).
-
-A versioned schema with forward migrations; WAL and a busy timeout, so concurrent runs on one
-root wait for each other. A database that is corrupted, foreign, newer, or a symlink is
-:class:`HistoryUnavailable`: one line, and the caller goes on without history.
-"""
+"""The failure history database, ``<reports root>/history.sqlite3`` (edge: ``sqlite3``): a versioned
+schema with forward migrations; WAL and a busy timeout, so concurrent runs on one root wait for each
+other. A database that is corrupted, foreign, newer, or a symlink is :class:`HistoryUnavailable`:
+one line, and the caller goes on without history."""
 
 from __future__ import annotations
 
@@ -140,11 +138,9 @@ class HistoryDB:
             raise _unavailable(self.path, f"schema version {version} is newer than this pytest-selfheal ({SCHEMA_VERSION})")
         if version < SCHEMA_VERSION and not create:
             raise _unavailable(self.path, f"schema version {version} needs a migration; run pytest --selfheal once")
-        # WAL + NORMAL: a crash of the process loses nothing; a power cut may lose the last
-        # runs, which the history can afford (the incident files hold what the loop needs).
-        # Set before migrating: a new database's schema steps then commit to the WAL unsynced.
-        # SQLite answers "locked" at once, not after the busy timeout, while another process
-        # creating the file holds it to set the same mode.
+        # WAL + NORMAL: a power cut may lose the last runs, which the history can afford. Set before
+        # migrating (the schema steps then commit unsynced); while another process creating the
+        # file sets the same mode, SQLite answers "locked" at once, not after the busy timeout.
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
@@ -190,14 +186,12 @@ class HistoryDB:
         self.close()
 
     def record(self, run: RunInfo, outcomes: Sequence[TestOutcome], *, segment: Optional[str] = None) -> bool:
-        """Record one run and its outcomes (from the segment ``segment``); False when its
-        ``run_key`` was recorded before: recording is idempotent."""
+        """Record one run (from ``segment``); False when its ``run_key`` was recorded before."""
         return self.import_runs([(run, outcomes)], segments=[segment] if segment else ()) == 1
 
     def import_runs(self, items: Iterable[tuple[RunInfo, Sequence[TestOutcome]]], *,
                     segments: Iterable[str] = ()) -> int:
-        """Record many runs (from the segments ``segments``) in one transaction; how many were
-        new. A ``run_key`` recorded before is skipped."""
+        """Record many runs (from ``segments``) in one transaction, known ``run_key`` skipped; how many were new."""
         batch = list(items)
         unknown = next((o.outcome for _, outcomes in batch for o in outcomes if o.outcome not in OUTCOMES), None)
         if unknown is not None:
@@ -230,10 +224,6 @@ class HistoryDB:
     def refuse_segments(self, refused: Iterable[tuple[str, str]]) -> None:
         self._db.executemany("INSERT OR IGNORE INTO refused_segments (name, reason) VALUES (?, ?)", list(refused))
 
-    def merge_from(self, other: HistoryDB) -> int:
-        """Copy every run of ``other`` (a shard's history) that this one does not have; how many."""
-        return self.import_runs(other.runs())
-
     def runs(self, *, newest: Optional[int] = None) -> list[tuple[RunInfo, list[TestOutcome]]]:
         """Every run with its outcomes, oldest first; ``newest``: the newest N only, newest first."""
         order = "DESC" if newest is not None else "ASC"
@@ -252,9 +242,8 @@ class HistoryDB:
         many runs."""
         wanted = list(dict.fromkeys(fingerprints))
         seen: dict[str, Sighting] = {}
-        # One query per chunk of fingerprints, not one per fingerprint (the usual answer for
-        # most of them is "never seen"); chunks stay under SQLite's bound on parameters. With
-        # one MIN() aggregate, SQLite takes the bare r.commit_sha from that earliest row.
+        # One query per chunk of fingerprints (most are "never seen"), under SQLite's bound on
+        # parameters; with one MIN() aggregate, SQLite takes the bare r.commit_sha from that row.
         for start in range(0, len(wanted), _SIGHTINGS_CHUNK):
             chunk = wanted[start:start + _SIGHTINGS_CHUNK]
             for fingerprint, first_seen, runs, commit in self._db.execute(

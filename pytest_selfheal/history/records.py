@@ -1,9 +1,5 @@
-"""What the failure history holds, as records (pure): a recorded run and its test outcomes.
-
-The database (``history/db.py``) stores exactly these; triage (``history/triage.py``)
-reads them. Node ids and messages arrive already redacted: the history is written from
-the same redacted failures as the incident files.
-"""
+"""What the failure history holds (pure): a recorded run and its test outcomes. Node ids arrive
+already redacted: the history is written from the same redacted failures as the incident files."""
 
 from __future__ import annotations
 
@@ -33,9 +29,7 @@ COMMIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 
 def plausible_ref_name(name: str) -> bool:
-    """True for a branch name git could have made (``git check-ref-format`` rules, at most
-    255 characters): no control character, space, ``~^:?*[\\``, ``..``, ``@{``, no leading
-    ``-`` or ``/``, no trailing ``/``, ``.`` or ``.lock``."""
+    """True for a branch name git could have made (``git check-ref-format``'s rules, at most 255 characters)."""
     if not name or len(name) > 255 or name.startswith(("-", "/")) or name.endswith(("/", ".", ".lock")):
         return False
     if any(ord(c) < 0x20 or c in " ~^:?*[\\\x7f" for c in name) or ".." in name or "@{" in name or "//" in name:
@@ -50,11 +44,8 @@ def plausible_repository(name: str) -> bool:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """One recorded run: when, where (commit, branch and its repository, CI job) and how many tests ran.
-
-    ``run_key`` makes recording idempotent and shard merges free of duplicates: the same
-    run recorded twice (a resumed close-out, a merged shard seen before) is kept once.
-    """
+    """One recorded run: when, where (commit, branch and its repository, CI job), how many tests ran;
+    ``run_key`` keeps a run recorded twice (a resumed close-out, a merged shard) once."""
 
     run_key: str
     recorded_at: str  # ISO 8601, UTC
@@ -107,5 +98,4 @@ class FlakeRate:
 
     @property
     def rate(self) -> float:
-        """``flaky / failed`` (0 when it never failed)."""
         return self.flaky / self.failed if self.failed else 0.0

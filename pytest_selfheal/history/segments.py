@@ -1,7 +1,5 @@
-"""History segments: the append-only, mergeable form of the failure history, and the
-segments recorded on this machine, in ``<reports root>/history-segments/``.
-
-Each recorded run is written once as a *segment*, a small JSON document named by the hash of
+"""History segments: the append-only, mergeable form of the failure history (this machine's
+in ``<reports root>/history-segments/``). Each recorded run is written once as a *segment*, a small JSON document named by the hash of
 its bytes: sharing segments never conflicts or duplicates, and the database is a cache
 rebuilt from them (keyed by ``run_key``, so a run seen in two segments counts once). A
 *compacted* segment holds many runs and the names of those it replaces, so a clone still
@@ -75,10 +73,6 @@ class Segment:
     runs: tuple[SegmentRun, ...]
     replaces: tuple[str, ...] = ()
 
-    @property
-    def compacted(self) -> bool:
-        return bool(self.replaces)
-
 
 def encode(segment: Segment) -> bytes:
     """The segment's canonical bytes: sorted keys, no spaces, UTF-8 — equal runs, equal bytes."""
@@ -115,8 +109,7 @@ def replaced_path(name: str) -> str:
 
 
 def name_of_path(path: str) -> Optional[tuple[str, str]]:
-    """``(name, folder)`` of a tree path written by :func:`tree_path` or :func:`replaced_path`
-    (folder: ``segments``, ``compacted`` or ``replaced``); None for anything else."""
+    """``(name, folder)`` of a path :func:`tree_path` or :func:`replaced_path` writes; None for anything else."""
     name = path.rsplit("/", 1)[-1].removesuffix(SEGMENT_SUFFIX)
     if not is_segment_name(name):
         return None
@@ -183,8 +176,7 @@ def _outcome(data: object) -> TestOutcome:
 
 
 def decode(data: bytes, *, now: Optional[dt.datetime] = None) -> Segment:
-    """The segment of ``data``, or :class:`SegmentError`; ``now``: runs recorded after it
-    (beyond :data:`CLOCK_SKEW`) are refused too."""
+    """The segment of ``data``, or :class:`SegmentError`; runs recorded after ``now`` (and the skew) are refused."""
     if len(data) > MAX_SEGMENT_BYTES:
         raise SegmentError(f"{len(data):,} bytes, over the bound of {MAX_SEGMENT_BYTES:,}")
     try:
@@ -248,8 +240,7 @@ def segments_dir(reports_root: Path) -> Path:
 
 
 def write_segment(reports_root: Path, segment: Segment) -> str:
-    """Write ``segment`` once (a file of that name holds these bytes already); its name.
-    A ``SelfhealError`` (one line) when the reports root refuses the write."""
+    """Write ``segment`` unless a file of its name exists; its name (``SelfhealError`` when refused)."""
     data = encode(segment)
     name = segment_name(data)
     folder = segments_dir(reports_root)
@@ -296,30 +287,23 @@ def ci_capture_run_id(token: str) -> str:
     return "ci-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
-def _this_run(reports_root: Path, before: Collection[str], run_id: str,
-              incident_id: Optional[str]) -> list[tuple[str, Segment]]:
+def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
+                      incident_id: Optional[str] = None) -> list[tuple[str, Segment]]:
+    """The segments one ``selfheal ci`` run recorded: written since ``before`` (the names there
+    when it started), plausible, and holding only the runs of its pytest (``capture:<run id>``:
+    the capture's, or :func:`ci_capture_run_id`'s without an incident) and of its loop on
+    ``incident_id`` (``loop:<incident id>:<n>``). Anything else a test dropped into the folder
+    meanwhile is not this run's to share."""
     capture, loop = f"capture:{run_id}", f"loop:{incident_id}:" if incident_id else None
     fresh = [path for name, path in sorted(local_segments(reports_root).items()) if name not in before]
     accepted, _ = read_segment_files(fresh)
     return [(name, segment) for name, segment in accepted
-            if segment.runs and not segment.compacted
+            if segment.runs and not segment.replaces  # a compacted segment is never one run's
             and all(item.run.run_key == capture or (loop is not None and item.run.run_key.startswith(loop))
                     for item in segment.runs)]
 
 
-def this_run_segments(reports_root: Path, before: Collection[str], run_id: str,
-                      incident_id: Optional[str] = None) -> list[str]:
-    """The names of the segments one ``selfheal ci`` run recorded: written since ``before``
-    (the names there when it started), plausible, and holding only the runs of its pytest
-    (``capture:<run id>``: the capture's, or :func:`ci_capture_run_id`'s without an incident)
-    and of its loop on ``incident_id`` (``loop:<incident id>:<n>``). Anything else a test
-    dropped into the folder meanwhile is not this run's to share."""
-    return [name for name, _ in _this_run(reports_root, before, run_id, incident_id)]
-
-
-def passed_on_rerun_in(reports_root: Path, before: Collection[str], run_id: str) -> list[str]:
-    """The tests the run ``capture:<run id>`` recorded as passed on a re-run (segments
-    written since ``before`` only, as :func:`this_run_segments` reads them)."""
-    return list(dict.fromkeys(outcome.nodeid for _, segment in _this_run(reports_root, before, run_id, None)
-                              for item in segment.runs for outcome in item.outcomes
-                              if outcome.outcome == PASSED_ON_RERUN))
+def passed_on_rerun_in(segments: Iterable[tuple[str, Segment]]) -> list[str]:
+    """The tests ``segments`` record as passed on a re-run."""
+    return list(dict.fromkeys(outcome.nodeid for _, segment in segments for item in segment.runs
+                              for outcome in item.outcomes if outcome.outcome == PASSED_ON_RERUN))

@@ -48,10 +48,8 @@ PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one throug
 READ_BATCH_BYTES = 32 * 1024 * 1024  # the most segment bytes a pull holds at once
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
-# What git says when a push lost a race: the ref moved since our fetch ("[rejected] …
-# (fetch first)" / "(non-fast-forward)"), or another push held the ref's lock on the remote
-# ("[remote rejected] … (cannot lock ref …)" / "(failed to update ref)"). Anything else (no
-# permission, a protected ref) is not retried.
+# What git says when a push lost a race (the ref moved since our fetch, or another push held its
+# lock on the remote); anything else (no permission, a protected ref) is not retried.
 _RACE_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
                  "incorrect old value")
 _NO_REMOTE_REF = "couldn't find remote ref"
@@ -112,7 +110,7 @@ class _Tree:
     replaced: set[str] = field(default_factory=set)
 
 
-class _Repo(NamedTuple):
+class Repo(NamedTuple):
     """Where git works, and the environment every command there gets (a token's, or none)."""
 
     path: Path
@@ -128,15 +126,15 @@ def token_env(token: str) -> dict[str, str]:
 
 
 @contextmanager
-def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterator[_Repo]:
+def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterator[Repo]:
     """The project's repository; with a token (``auth``), a private scratch repository
     instead, so the token never meets a git configuration the tests could have written
     (``.git/config``: a remote's URL, a proxy, a credential helper)."""
     if auth is None:
-        yield _Repo(project_root)
+        yield Repo(project_root)
         return
     with tempfile.TemporaryDirectory(prefix="selfheal-history-git-") as scratch:
-        repo = _Repo(Path(scratch), auth)
+        repo = Repo(Path(scratch), auth)
         _git(repo, ["init", "--quiet", "--bare", scratch])
         yield repo
 
@@ -150,13 +148,13 @@ def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) 
                            "the shared history and never writes it (its runs stay in this job's own history)")
 
 
-def _run(repo: _Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
+def _run(repo: Repo, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
          stdin: Optional[bytes] = None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="selfheal-hooks-") as hooks:
         return run_git(repo.path, args, env={**repo.env, **(env or {})}, stdin=stdin, hooks_dir=Path(hooks))
 
 
-def _git(repo: _Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+def _git(repo: Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
          stdin: Optional[bytes] = None) -> bytes:
     try:
         return _run(repo, args, env, stdin)
@@ -164,26 +162,22 @@ def _git(repo: _Repo, args: Sequence[str], *, env: Optional[Mapping[str, str]] =
         raise SharedHistoryError(one_line(f"git {args[0]}: {exc.first_line}")) from None
 
 
-def fetch(root: Path, remote: str, ref: str = HISTORY_REF) -> Optional[str]:
-    """Fetch the remote's ``ref`` into the same ref at ``root``; its commit, None when it has none."""
-    return _fetch(_Repo(root), remote, ref)
-
-
-def _fetch(repo: _Repo, remote: str, ref: str) -> Optional[str]:
+def fetch(repo: Repo, remote: str) -> Optional[str]:
+    """Fetch the remote's history ref into the same ref of ``repo``; its commit, None when it has none."""
     try:
-        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{ref}"])
+        _run(repo, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+{HISTORY_REF}:{HISTORY_REF}"])
     except GitFailed as exc:
         if _NO_REMOTE_REF in exc.stderr:
             try:
-                _run(repo, ["update-ref", "-d", ref])  # the remote dropped it: so do we
+                _run(repo, ["update-ref", "-d", HISTORY_REF])  # the remote dropped it: so do we
             except GitFailed:
                 pass  # there was no local ref either
             return None
         raise SharedHistoryError(one_line(f"git fetch {remote}: {exc.first_line}")) from None
-    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]).decode().strip() or None
+    return _git(repo, ["rev-parse", "--verify", "--quiet", f"{HISTORY_REF}^{{commit}}"]).decode().strip() or None
 
 
-def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
+def _tree(root: Repo, commit: Optional[str]) -> _Tree:
     """The segments and replaced markers of the commit's tree; other files are ignored."""
     tree = _Tree()
     if commit is None:
@@ -204,7 +198,7 @@ def _tree(root: _Repo, commit: Optional[str]) -> _Tree:
     return tree
 
 
-def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
+def _read_blobs(root: Repo, blobs: Sequence[str]) -> list[bytes]:
     """The contents of ``blobs``, in order, with one ``git cat-file --batch`` (the caller bounds them)."""
     if not blobs:
         return []
@@ -222,11 +216,9 @@ def _read_blobs(root: _Repo, blobs: Sequence[str]) -> list[bytes]:
     return contents
 
 
-def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
-    """``(segments, refused)`` of shared ``entries`` as untrusted input: a blob over
-    :data:`MAX_SEGMENT_BYTES` (by the size git lists) is refused unread, the others read in
-    batches of at most :data:`READ_BATCH_BYTES` and accepted (``segments.accept``) or refused
-    with ``(name, the one line why)``."""
+def _decode_all(root: Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str, Segment]], list[tuple[str, str]]]:
+    """``(segments, (name, the one line why) refused)`` of shared ``entries``: a blob over the bound
+    (by the size git lists) is refused unread, the others read in batches and accepted or refused."""
     segments: list[tuple[str, Segment]] = []
     refused: list[tuple[str, str]] = []
     now = dt.datetime.now(dt.timezone.utc)
@@ -251,7 +243,7 @@ def _decode_all(root: _Repo, entries: Sequence[_Entry]) -> tuple[list[tuple[str,
     return segments, refused
 
 
-def _commit(root: _Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], removes: Sequence[_Entry],
+def _commit(root: Repo, parent: Optional[str], adds: Sequence[tuple[str, str]], removes: Sequence[_Entry],
             message: str) -> str:
     """A commit of ``parent``'s tree with ``adds`` (blob, path) and without ``removes``, built in
     a private index: the user's index and working tree are never touched."""
@@ -267,42 +259,39 @@ def _commit(root: _Repo, parent: Optional[str], adds: Sequence[tuple[str, str]],
                 env=identity).decode().strip()
 
 
-def _push(root: _Repo, remote: str, ref: str, commit: str) -> bool:
-    """Push ``commit`` to the remote's ``ref`` (fast-forward only); False when the push lost a race."""
+def _push(root: Repo, remote: str, commit: str) -> bool:
+    """Push ``commit`` to the remote's history ref (fast-forward only); False when the push lost a race."""
     try:
-        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{ref}"])
+        _run(root, ["push", "--quiet", "--no-verify", remote, f"{commit}:{HISTORY_REF}"])
     except GitFailed as exc:
         if any(marker in exc.stderr for marker in _RACE_MARKERS):
             return False
         raise SharedHistoryError(one_line(f"git push {remote}: {exc.first_line}")) from None
-    _git(root, ["update-ref", ref, commit])
+    _git(root, ["update-ref", HISTORY_REF, commit])
     return True
 
 
 _T = TypeVar("_T")
 
 
-def _update(repo: _Repo, remote: str, ref: str, attempts: int, sleep: Callable[[float], None], gave_up: str,
+def _update(repo: Repo, remote: str, sleep: Callable[[float], None], gave_up: str,
             step: Callable[[Optional[str], _Tree, int], tuple[Optional[str], _T]]) -> _T:
-    """Fetch ``ref``, let ``step`` commit on it (None: nothing to do) and push; on a lost race,
-    again after a jittered backoff (collided writers do not collide again in step)."""
-    for attempt in range(1, attempts + 1):
-        parent = _fetch(repo, remote, ref)
+    """Fetch the history ref, let ``step`` commit on it (None: nothing to do) and push; on a lost
+    race, again after a jittered backoff (collided writers do not collide again in step)."""
+    for attempt in range(1, PUSH_ATTEMPTS + 1):
+        parent = fetch(repo, remote)
         commit, result = step(parent, _tree(repo, parent), attempt)
-        if commit is None or _push(repo, remote, ref, commit):
+        if commit is None or _push(repo, remote, commit):
             return result
-        if attempt < attempts:
+        if attempt < PUSH_ATTEMPTS:
             sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt)))
-    raise SharedHistoryError(f"git push {remote}: {ref} kept moving; gave up{gave_up}")
+    raise SharedHistoryError(f"git push {remote}: {HISTORY_REF} kept moving; gave up{gave_up}")
 
 
-def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
-         attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
+def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, sleep: Callable[[float], None] = time.sleep,
          auth: Optional[Mapping[str, str]] = None, only: Optional[Collection[str]] = None) -> PushResult:
-    """Add this machine's segments the remote lacks to its ``ref`` (:func:`_update`). ``only``:
-    the segments to share (those one run recorded), default every local one; each is read as
-    untrusted input first, and one that is not plausible is a line in ``problems``. ``auth``:
-    :func:`token_env` of a token (git then works in a scratch repository)."""
+    """Add this machine's segments (``only`` those, the ones one run recorded) the remote lacks to
+    its history ref; each is read as untrusted input first. ``auth``: :func:`token_env` of a token."""
     local, problems = _pushable(reports_root, only)
     blobs: dict[str, str] = {}
 
@@ -321,8 +310,8 @@ def push(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
         return commit, PushResult(len(missing), len(local) - len(missing), attempt, problems)
 
     with _repository(project_root, auth) as repo:
-        return _update(repo, remote, ref, attempts, sleep,
-                       f" after {attempts} attempts (the segments are still here: push again)", step)
+        return _update(repo, remote, sleep, f" after {PUSH_ATTEMPTS} attempts (the segments are still here: push again)",
+                       step)
 
 
 def _pushable(reports_root: Path, only: Optional[Collection[str]]) -> tuple[dict[str, Path], tuple[str, ...]]:
@@ -342,13 +331,13 @@ def _recorded(reports_root: Path) -> set[str]:
         return set()  # no database yet (or an old one): everything is read, and pull says why if it cannot write
 
 
-def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE, ref: str = HISTORY_REF,
+def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE,
          auth: Optional[Mapping[str, str]] = None) -> PullResult:
-    """Fetch the remote's ``ref`` and record the runs of its segments and this machine's own in
+    """Fetch the remote's history ref and record the runs of its segments and this machine's own in
     the database, in one transaction, reading only the segments it lacks. A segment refused is
     one line in ``problems`` once, and never read again. ``auth``: as for :func:`push`."""
     with _repository(project_root, auth) as repo:
-        commit = _fetch(repo, remote, ref)
+        commit = fetch(repo, remote)
         done = _recorded(reports_root)
         tree = _tree(repo, commit)
         shared, refused = _decode_all(repo, [entry for name, entry in sorted(tree.segments.items())
@@ -375,11 +364,8 @@ def _older(segment: Segment, cutoff: dt.datetime) -> bool:
 
 
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
-                   ref: str = HISTORY_REF, attempts: int = PUSH_ATTEMPTS, now: Optional[dt.datetime] = None,
-                   sleep: Callable[[float], None] = time.sleep,
-                   auth: Optional[Mapping[str, str]] = None) -> CompactResult:
-    """Merge the shared segments whose runs are all older than ``older_than_days`` into one
-    compacted segment (every run kept once) and push it (:func:`_update`)."""
+                   now: Optional[dt.datetime] = None, auth: Optional[Mapping[str, str]] = None) -> CompactResult:
+    """Merge the shared segments whose runs are all older than ``older_than_days`` into one and push it."""
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(days=older_than_days)
 
     def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:
@@ -398,4 +384,4 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
         return commit, CompactResult(len(old), len(merged.runs))
 
     with _repository(project_root, auth) as repo:
-        return _update(repo, remote, ref, attempts, sleep, f" compacting after {attempts} attempts", step)
+        return _update(repo, remote, time.sleep, f" compacting after {PUSH_ATTEMPTS} attempts", step)

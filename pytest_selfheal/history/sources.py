@@ -1,7 +1,5 @@
-"""Where the history's inputs come from (edge: the environment, git, files): the CI event's
-judgement, the quarantine file and the run's context.
-
-Every Actions event is judged once, by what the tested code can reach. Code not merged yet
+"""The history's inputs (edge: the environment, git, files): the CI event's judgement and the
+quarantine file. Every Actions event is judged once, by what the tested code can reach. Code not merged yet
 reads its quarantine list at a *base revision* it cannot change (``pull_request.base.sha``,
 ``merge_group.base_sha``, else the default branch's tip as fetched), counts a failure as
 known only when seen on the base repository's own branch, and never writes the shared
@@ -79,8 +77,6 @@ class RunBase:
     branch: str = "main"
     #: The repository whose branch that is (None outside Actions: the branch alone decides).
     repository: Optional[str] = None
-    #: The repository (owner/name) whose branch this run's code is on: a fork's for a fork's PR.
-    head_repository: Optional[str] = None
     #: Unmerged, and no base revision found: the one line saying the quarantine is not applied.
     problem: Optional[str] = None
 
@@ -126,30 +122,25 @@ def judge_event(env: Mapping[str, str], event: Optional[Mapping[str, object]], p
     if name in PULL_REQUEST_EVENTS:
         pull = dig(event, "pull_request")
         base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
-        return _unmerged(
-            name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
-            _repository(dig(pull, "base", "repo", "full_name")) or repository,
-            head_repository(env, event), "pull_request.base.sha")
+        return _unmerged(name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
+                         _repository(dig(pull, "base", "repo", "full_name")) or repository, "pull_request.base.sha")
     if name == MERGE_GROUP:
         group = dig(event, "merge_group")
         return _unmerged(name, _sha(dig(group, "base_sha")), _branch(_text(dig(group, "base_ref"))) or configured_branch,
-                         repository, repository, "merge_group.base_sha")
+                         repository, "merge_group.base_sha")
     on_default = default is not None and _branch(ref) == default
     if name == SCHEDULE or (name in MERGED_ON_DEFAULT and on_default):
-        return RunBase(event=name, branch=configured_branch, repository=repository, head_repository=repository)
+        return RunBase(event=name, branch=configured_branch, repository=repository)
     if default is None:
         return RunBase(event=name, unmerged=True, branch=configured_branch, repository=repository,
-                       head_repository=repository,
                        problem=_fail_closed(name, "its payload names no default branch"))
-    return _unmerged(name, _default_tip(project_root, default), default, repository, repository,
+    return _unmerged(name, _default_tip(project_root, default), default, repository,
                      f"refs/remotes/{DEFAULT_REMOTE}/{default} (fetch the default branch)")
 
 
-def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optional[str],
-              head_repository: Optional[str], where: str) -> RunBase:
+def _unmerged(name: str, revision: Optional[str], branch: str, repository: Optional[str], where: str) -> RunBase:
     problem = None if revision is not None else _fail_closed(name, f"no base revision was found ({where})")
-    return RunBase(event=name, unmerged=True, revision=revision, branch=branch, repository=repository,
-                   head_repository=head_repository, problem=problem)
+    return RunBase(event=name, unmerged=True, revision=revision, branch=branch, repository=repository, problem=problem)
 
 
 def _fail_closed(name: str, why: str) -> str:
@@ -168,10 +159,8 @@ def _relative_inside(relative: str) -> Optional[str]:
 
 
 def quarantine_path(project_root: Path, relative: str) -> Path:
-    """The quarantine file ``relative`` (``history.quarantine_file``) in the working tree, once
-    the whole path is checked: relative, inside the project with every link on the way
-    resolved, not itself a link. ``RefusedError`` (one line) otherwise: never read or written
-    outside the project."""
+    """The quarantine file ``relative`` in the working tree, once checked to be relative, inside the
+    project with every link on the way resolved, not itself a link; ``RefusedError`` otherwise."""
     inside = _relative_inside(relative)
     if inside is None:
         raise RefusedError(f"{relative}: the quarantine file must be a path inside the project")
@@ -184,8 +173,7 @@ def quarantine_path(project_root: Path, relative: str) -> Path:
 def read_quarantine(
     project_root: Path, relative: str, *, revision: Optional[str] = None, today: Optional[dt.date] = None
 ) -> tuple[list[QuarantineEntry], list[str]]:
-    """``(entries in force, warnings)`` of the quarantine file ``relative`` to the project root,
-    at ``revision`` (git) when given, else in the working tree. A missing file is no entries."""
+    """``(entries in force, warnings)`` of the quarantine file at ``revision`` (git), else in the working tree."""
     day = today or dt.datetime.now(dt.timezone.utc).date()
     inside = _relative_inside(relative)
     if inside is None:
@@ -247,15 +235,12 @@ def actions_event(env: Mapping[str, str]) -> dict[str, object]:
     return read_actions_event(path)[0] if path else {}
 
 
-def quarantine_in_force(
-    project_root: Path, relative: str, env: Mapping[str, str], event: Optional[Mapping[str, object]] = None,
-    *, base: Optional[RunBase] = None,
-) -> tuple[list[QuarantineEntry], list[str]]:
-    """The quarantine every surface applies: for an event that tests code not merged yet the
-    file at the base revision (``base``, else judged from ``env`` and ``event``), never the
-    tested code's; none at all, and one warning, where no base revision was found; the working
-    tree's for merged code and outside Actions. ``(entries, warnings)``."""
-    judged = base if base is not None else judge_event(env, event, project_root)
+def quarantine_in_force(project_root: Path, relative: str, env: Mapping[str, str], *,
+                        base: Optional[RunBase] = None) -> tuple[list[QuarantineEntry], list[str]]:
+    """``(entries, warnings)`` of the quarantine every surface applies: the base revision's file for
+    code not merged yet (``base``, else judged from ``env``), none and one warning
+    where no base revision was found, the working tree's for merged code and outside Actions."""
+    judged = base if base is not None else judge_event(env, None, project_root)
     if judged.problem is not None:
         return [], [judged.problem]
     return read_quarantine(project_root, relative, revision=judged.revision)

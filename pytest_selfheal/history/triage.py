@@ -3,11 +3,9 @@
 One label per failure, the first that holds wins: ``quarantined`` (an entry of the quarantine
 list names its test or fingerprint), ``flaky`` (it passed on re-run with no code change, or
 its recorded flake rate is above ``history.flaky_rate``), ``known`` (its fingerprint already
-failed on the base branch), else ``new`` (most likely caused by the change under test).
-
-The quarantine list is a committed YAML file the team controls (docs/history.md
-"Quarantine"). A malformed or expired entry is left out with a warning naming its line; the
-rest still apply.
+failed on the base branch), else ``new`` (most likely caused by the change under test). In
+the team's committed quarantine list, a malformed or expired entry is left out with a warning
+naming its line; the rest still apply.
 """
 
 from __future__ import annotations
@@ -70,12 +68,12 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[Quaran
         return [], [f"{where}{at}: not valid YAML; quarantine ignored"]
     if root is None:
         return [], []
-    items = _entry_nodes(root)
-    if items is None:
+    found = _entry_nodes(root)
+    if found is None:
         return [], [f"{where}:{root.start_mark.line + 1}: expected `{ROOT_KEY}:` with a list of entries; quarantine ignored"]
     entries: list[QuarantineEntry] = []
     warnings: list[str] = []
-    for node in items:
+    for node in found[2]:
         line = node.start_mark.line + 1
         try:
             data = _entry_mapping(node)
@@ -92,15 +90,16 @@ def parse_quarantine(text: str, where: str, today: dt.date) -> tuple[list[Quaran
     return entries, warnings
 
 
-def _entry_nodes(root: Any) -> Optional[list[Any]]:
+def _entry_nodes(root: Any) -> Optional[tuple[Any, Any, list[Any]]]:
+    """``(the quarantine key, its value, its entries)`` of a document, None when it has no list there."""
     yaml = _yaml()
     if not isinstance(root, yaml.MappingNode):
         return None
     for key, value in root.value:
         if isinstance(key, yaml.ScalarNode) and key.value == ROOT_KEY:
             if isinstance(value, yaml.ScalarNode) and value.value in ("", "null", "~"):
-                return []
-            return list(value.value) if isinstance(value, yaml.SequenceNode) else None
+                return key, value, []
+            return (key, value, list(value.value)) if isinstance(value, yaml.SequenceNode) else None
     return None
 
 
@@ -176,15 +175,13 @@ def _compose(text: str) -> Any:
 def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
     """``text`` (None: no file yet) with ``entry`` appended; every other line, comments
     included, stays as it was. ``ValueError`` when the text is not a quarantine list."""
-    yaml = _yaml()
     if text is None or not text.strip():
         return HEADER + f"{ROOT_KEY}:\n" + _item_text(entry.to_mapping(), 2)
-    root = _compose(text)
-    items = _entry_nodes(root)
-    if items is None:
+    found = _entry_nodes(_compose(text))
+    if found is None:
         raise ValueError(f"expected `{ROOT_KEY}:` with a list of entries")
-    key_line, sequence = next((k.start_mark.line, v) for k, v in root.value
-                              if isinstance(k, yaml.ScalarNode) and k.value == ROOT_KEY)
+    key, sequence, items = found
+    key_line = key.start_mark.line
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
@@ -201,8 +198,7 @@ def add_entry(text: Optional[str], entry: QuarantineEntry) -> str:
 def remove_entries(text: str, *, test: Optional[str] = None, fingerprint: Optional[str] = None) -> tuple[str, int]:
     """``(text without the entries naming test/fingerprint, how many were removed)``; the
     lines of every other entry and comment stay as they were. ``ValueError`` on bad YAML."""
-    root = _compose(text)
-    items = _entry_nodes(root) or []
+    items = found[2] if (found := _entry_nodes(_compose(text))) else []
     doomed: list[tuple[int, int]] = []
     for index, node in enumerate(items):
         data = _entry_mapping(node)
@@ -225,17 +221,9 @@ MIN_FAILURES_FOR_RATE = 2
 RERUN_DETAIL = "failed, then passed on re-run with no code change"
 
 
-def triage_failure(
-    nodeid: str,
-    fingerprint: str,
-    *,
-    base_branch: str,
-    sightings: Mapping[str, Sighting],
-    flake_rates: Mapping[str, FlakeRate],
-    passed_on_rerun: Collection[str] = (),
-    quarantine: Sequence[QuarantineEntry] = (),
-    flaky_rate: float = 0.1,
-) -> Triage:
+def triage_failure(nodeid: str, fingerprint: str, *, base_branch: str, sightings: Mapping[str, Sighting],
+                   flake_rates: Mapping[str, FlakeRate], passed_on_rerun: Collection[str] = (),
+                   quarantine: Sequence[QuarantineEntry] = (), flaky_rate: float = 0.1) -> Triage:
     """The triage of one failure (see the module docstring for the order)."""
     entry = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprint)
     if entry is not None:
@@ -280,8 +268,7 @@ def triage_headline(labels: Sequence[str], base_branch: str, passed_on_rerun: in
 
 
 def triage_summary(triages: Sequence[Triage]) -> Optional[dict[str, object]]:
-    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages
-    (its ``triage_summary``); None when there are none."""
+    """``{"counts": {label: n}, "line": "2 new, 1 known on main"}`` of a report's triages; None without any."""
     labels = [str(t.label) for t in triages if t.label in TRIAGE_LABELS]
     if not labels:
         return None

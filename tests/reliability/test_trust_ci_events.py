@@ -89,7 +89,7 @@ def test_an_event_without_its_base_fails_closed_in_one_line(tmp_path: Path) -> N
 
 def _judged_quarantine(project: Path, name: str, event: dict[str, object], ref: str) -> tuple[list[str], list[str]]:
     env = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": name, "GITHUB_REF": ref, "GITHUB_REPOSITORY": REPO}
-    entries, warnings = quarantine_in_force(project, ".selfheal-quarantine.yml", env, event)
+    entries, warnings = quarantine_in_force(project, ".selfheal-quarantine.yml", env, base=judge_event(env, event, project))
     return [str(e.test) for e in entries], warnings
 
 

@@ -63,7 +63,7 @@ def segment(*, at: str = "2026-01-01T00:00:00+00:00", branch: str = "main", key:
 def plant(clone: Path, files: dict[str, bytes]) -> None:
     """Commit ``files`` (tree path: bytes) onto the remote's refs/selfheal/history with plain
     git, as anyone who may push to the repository could."""
-    parent = share.fetch(clone, "origin")
+    parent = share.fetch(share.Repo(clone), "origin")
     env = {"GIT_INDEX_FILE": str(clone / ".git" / "plant-index")}
     run_git(clone, ["read-tree", parent] if parent else ["read-tree", "--empty"], env=env)
     for path, data in files.items():
