@@ -25,27 +25,19 @@ def failure_text(report: Any) -> str:
     return str(report.longreprtext or "")
 
 
-def crash_message(report: Any) -> str:
-    """pytest's crash message of ``report`` (reprcrash.message), or the exception's line."""
-    reprcrash = getattr(report.longrepr, "reprcrash", None)
-    if reprcrash is not None and getattr(reprcrash, "message", None):
-        return str(reprcrash.message)
-    text = failure_text(report)
-    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
-    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    if error_lines:
-        return error_lines[-1]
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-
-
 def junit_message(report: Any) -> str:
-    """The message attribute pytest's junitxml writes for ``report``."""
+    """The message attribute pytest's junitxml writes for ``report``: its crash message, cut."""
     if report.when == "collect":
         return "collection failure"
-    message = crash_message(report)[:MESSAGE_BUDGET]
-    if report.when in ("setup", "teardown"):
-        return f'failed on {report.when} with "{message}"'
-    return message
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        message = str(reprcrash.message)
+    else:  # collection errors carry no reprcrash: the last "E   " line holds the exception
+        lines = failure_text(report).splitlines()
+        message = next((ln[1:].strip() for ln in reversed(lines) if ln.startswith("E ")), None) or next(
+            (ln.strip() for ln in lines if ln.strip()), "")
+    message = message[:MESSAGE_BUDGET]
+    return f'failed on {report.when} with "{message}"' if report.when in ("setup", "teardown") else message
 
 
 def junit_case(report: Any, nodeid: str, prefix: str = "") -> TestCaseResult:
