@@ -272,7 +272,10 @@ def _startup(hasher: Hasher, path: Sequence[str]) -> dict[str, str]:
             if found is not None:
                 out[module] = f"{hasher.digest(found)} {found}"
                 break
-    for folder in _site_dirs():
+    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    for folder in dict.fromkeys(folders):
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".pth"))
         except OSError:
@@ -281,13 +284,6 @@ def _startup(hasher: Hasher, path: Sequence[str]) -> dict[str, str]:
             pth = os.path.join(folder, name)
             out[pth] = hasher.digest(pth)
     return out
-
-
-def _site_dirs() -> list[str]:
-    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    if site.ENABLE_USER_SITE:
-        folders.append(site.getusersitepackages())
-    return list(dict.fromkeys(folders))
 
 
 def _distributions() -> dict[str, str]:
@@ -478,12 +474,6 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
-def _import_roots() -> list[str]:
-    return sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
-        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
-        key=len, reverse=True)
-
-
 def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
     """Modules of the code under repair the capture ran that this run (``loaded``) imported
     by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
@@ -496,21 +486,15 @@ def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
 
 def _outside_names(paths: Iterable[str]) -> dict[str, str]:
     """The top-level names modules outside the project are imported by, each with its first path."""
-    roots = _import_roots()
+    roots = sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
+        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p}, key=len, reverse=True)
     names: dict[str, str] = {}
     for path in paths:
-        name = _top_name(os.path.abspath(path), roots)
-        if name:
-            names.setdefault(name, path)
+        absolute = os.path.abspath(path)
+        top = next((absolute[len(r):].split(os.sep, 1)[0] for r in roots if absolute.startswith(r)), "")
+        if top.removesuffix(".py"):
+            names.setdefault(top.removesuffix(".py"), path)
     return names
-
-
-def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
-    for entry in roots:
-        if path.startswith(entry):
-            first = path[len(entry):].split(os.sep, 1)[0]
-            return first[:-3] if first.endswith(".py") else first
-    return None
 
 
 def _importable_as(root: Path, rel: str) -> str:
