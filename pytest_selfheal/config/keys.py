@@ -290,10 +290,8 @@ def strip_root(key: str) -> str:
 
 # --- shapes: what a value must be beyond its kind, judged by its text alone ---------------
 
-# The programs an allowlist may not name: a shell, an interpreter, or a launcher of another
-# program or code given in its arguments. An entry is judged by its basename, lower-cased,
-# without a Windows suffix and without a trailing version (``/bin/bash5`` → ``bash``,
-# ``python3.12`` → ``python``, ``node18.exe`` → ``node``).
+# The programs an allowlist may not name (judged by :func:`program_stem`): a shell, an
+# interpreter, or a launcher of another program or code given in its arguments.
 RUNS_ANYTHING = frozenset({
     # shells
     "sh", "bash", "zsh", "dash", "ksh", "mksh", "pdksh", "oksh", "yash", "ash", "csh", "tcsh", "fish", "rc", "es",
@@ -390,9 +388,6 @@ def outside_project(value: str, project_root: str) -> bool:
     root = posixpath.normpath(project_root.replace("\\", "/"))
     target = posixpath.normpath(posixpath.join(root, value.replace("\\", "/")))
     return target != root and not target.startswith(root.rstrip("/") + "/")
-
-
-# --- documentation ------------------------------------------------------------------
 
 
 def reference_table() -> str:

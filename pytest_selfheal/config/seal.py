@@ -106,8 +106,7 @@ def _reads_context(node: ast.AST) -> bool:
 
 def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
     """``(line number, stripped line)`` of each line of a module that reads the process
-    context (the environment, ``sys.modules``, the call stack, ``__file__``, the working
-    directory, a string naming pytest or selfheal); docstrings left out, () when unparsable."""
+    context (:func:`_reads_context`), docstrings left out; () when unparsable."""
     if not _CONTEXT_LINE.search(data.lower()):
         return ()
     try:
@@ -152,9 +151,8 @@ def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[i
 
 @dataclass
 class Hasher:
-    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of what is
-    derived from its bytes (its sha256, its context reads). Never kept across runs: an
-    mtime can lie."""
+    """Reads each file once per run: ``(size, mtime_ns)`` keys the cache of what is derived
+    from its bytes. Never kept across runs: an mtime can lie."""
 
     _cache: dict[tuple[str, Callable[[bytes], Any]], tuple[int, int, Any]] = field(default_factory=dict)
 
@@ -176,11 +174,9 @@ class Hasher:
         return self._derived(path, sha256, MISSING)
 
     def record(self, path: str) -> str:
-        """The file's :func:`code_record` ("" when it cannot be read)."""
         return self._derived(path, code_record, "")
 
     def reads(self, path: str) -> tuple[tuple[int, str], ...]:
-        """The file's reads of the process context (:func:`context_reads`)."""
         return self._derived(path, context_reads, ())
 
 
@@ -203,9 +199,6 @@ def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loa
 
     return Loaded(tuple(f for f in map(file_of, plugins) if f),
                   tuple(f for f in map(file_of, list(sys.modules.values())) if f), tuple(read_files))
-
-
-# --------------------------------------------------------------------------- where to look
 
 
 def _relative(rootdir: Path, path: str) -> Optional[str]:
@@ -315,9 +308,6 @@ def _environment(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- take, compare
-
-
 def _files(rootdir: Path, test_files: Sequence[str], plugin_files: Iterable[str], hasher: Hasher) -> dict[str, str]:
     names = set(test_files) | set(_conftests(rootdir))
     for folder in _folders(test_files):
@@ -331,8 +321,7 @@ def _project_plugins(rootdir: Path, loaded: Loaded) -> list[str]:
 
 
 def _project_module(rootdir: Path, path: str) -> Optional[str]:
-    """``path`` rootdir-relative when it is a project module, in whichever folder; None
-    outside the rootdir or in an environment in it."""
+    """``path`` rootdir-relative; None outside the rootdir or in an environment in it."""
     absolute = os.path.abspath(path)
     prefix = os.path.join(rootdir, "")
     if not absolute.startswith(prefix):
@@ -347,9 +336,8 @@ def _test_module_name(rel: str) -> bool:
 
 
 def _loaded_modules(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``(modules, code)`` of what the run loaded besides ``sealed``: what is sealed by
-    content (test code rootdir-relative, anything outside the project absolute), and the
-    code under repair."""
+    """``(modules, code)`` the run loaded besides ``sealed``: what is sealed by content (test
+    code rootdir-relative, anything outside the project absolute), the code under repair."""
     skip = set(sealed)
     modules: set[str] = set()
     code: set[str] = set()
@@ -528,9 +516,8 @@ class Changes(NamedTuple):
 
 def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
     """What changed between two seals, each named (a path, ``<config file>: <key>``, a
-    variable, ``<distribution> <old> -> <new>``, a quoted read of the process context added
-    to the code under repair). A sealed module gone since is no change (deleting code cannot
-    pass a failure); a test data file gone is one. Judging keys: :func:`judging_changes`."""
+    variable, ``<distribution> <old> -> <new>``, a quoted read of the process context). A
+    sealed module gone is no change (deleting code cannot pass a failure); a test data file is."""
     files = _differ(recorded.files, now.files)
     files += [name for name in sorted(recorded.modules)
               if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
@@ -557,8 +544,7 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
 
 
 def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The judging keys whose value now differs from the recorded one, sorted (compared as
-    JSON: a value read back from ``incident.json`` is a frozen copy)."""
+    """The judging keys whose value differs, compared as JSON (a value read back is a frozen copy)."""
     def text(values: Mapping[str, Any], key: str) -> str:
         return json.dumps(plain_json(values.get(key)), sort_keys=True)
 

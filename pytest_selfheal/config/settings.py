@@ -1,11 +1,9 @@
 """The effective configuration (docs/configuration.md): validation, merge, typed settings.
 
-Pure (``config/files.py`` reads the files, ``config/keys.py`` holds the keys). Layers, later
-wins: defaults, the global file, the project files, pytest ini options, command-line
-overrides; groups merge key by key, every other value is a leaf a later layer replaces
-whole, and the origin of every leaf is kept. Values from files are checked strictly (``"4"``
-is not an integer); text (ini options, ``--set``) is first coerced to the key's type.
-Code reads the typed :class:`Settings`, never the raw mapping.
+Pure. Layers, later wins: defaults, the global file, the project files, pytest ini
+options, command-line overrides; groups merge key by key, the origin of every leaf is kept.
+Values from files are checked strictly (``"4"`` is not an integer); text (ini options,
+``--set``) is first coerced to the key's type. Code reads the typed :class:`Settings`.
 """
 
 from __future__ import annotations
@@ -138,9 +136,6 @@ class EffectiveConfig:
                 for key in sorted(self.origins)}
 
 
-# --- errors -------------------------------------------------------------------------
-
-
 def config_error(message: str) -> ConfigError:
     return ConfigError(" ".join(message.splitlines()))
 
@@ -159,16 +154,12 @@ def _unknown_key(origin: str, where: str, key: str, known: Sequence[str]) -> Con
 # --- strict validation (values as the files give them) ------------------------------
 
 
-def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
-    if (problem := text_problem(spec, value)) is not None:
-        raise config_error(f"{origin}: {where}: {problem}")
-
-
 def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
     for index, item in enumerate(value):
-        _check_text(origin, f"{where}[{index}]", spec, item)
+        if (problem := text_problem(spec, item)) is not None:
+            raise config_error(f"{origin}: {where}[{index}]: {problem}")
     return list(value)
 
 
@@ -207,8 +198,8 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
-    if isinstance(value, str):
-        _check_text(origin, where, spec, value)
+    if isinstance(value, str) and (problem := text_problem(spec, value)) is not None:
+        raise config_error(f"{origin}: {where}: {problem}")
     return value
 
 
@@ -338,9 +329,6 @@ def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[ConfigLayer]:
     return layers
 
 
-# --- merge --------------------------------------------------------------------------
-
-
 def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
     """Defaults, then each (checked) layer in order, later wins, key by key."""
     values = {spec.key: copy.deepcopy(spec.default) for spec in SCHEMA}
@@ -373,9 +361,6 @@ def build_effective_config(
                 raise config_error(f"{layer.origin}: {ROOT_KEY}.{key}: refusing {describe_value(value)}: "
                                    f"it leads out of the project {project_root}; configure a path inside it")
     return merge_layers([*project_layers, *flag_layers])
-
-
-# --- judging keys -------------------------------------------------------------------
 
 
 def judging_values(effective: EffectiveConfig) -> dict[str, Any]:

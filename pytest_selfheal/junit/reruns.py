@@ -1,10 +1,8 @@
 """A junit document of an incident's tests with their re-runs (pure; junitparser's xunit2).
 
-The Surefire re-run convention that CI reporters already read: a test that failed and
-then passed on re-run with no code change is a passing ``<testcase>`` carrying each
-failed run as ``<flakyFailure message type>`` (text: the failure's text); a test still
-failing is a ``<failure>``; a quarantined failure carries the property
-``selfheal.quarantined`` with the reason.
+The Surefire re-run convention CI reporters read: a test that passed on re-run with no
+code change is a passing ``<testcase>`` carrying each failed run as ``<flakyFailure>``; a
+quarantined failure carries the property ``selfheal.quarantined`` with the reason.
 """
 
 from __future__ import annotations

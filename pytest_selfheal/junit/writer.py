@@ -1,12 +1,9 @@
 """The junit testcase of a failing pytest report (pure).
 
-The capture fingerprints a failure from its junit testcase, read like any other runner's,
-so that a failure gets the same fingerprint from the capture, from ``--junitxml`` and from
+A failure gets the same fingerprint from the capture, from ``--junitxml`` and from
 ``selfheal fingerprint``: :func:`junit_case` is the case the junit reader reads from the
-document pytest's own junitxml writes for the report (same classname/name mangling, same
-message attribute, the same escapes and line ends), built once in memory from pytest's
-report itself. Switching on pytest's junitxml for every run would cost large green suites
-about a tenth of their time.
+document pytest's junitxml writes for the report, built in memory from the report itself
+(switching on pytest's junitxml would cost large green suites a tenth of their time).
 """
 
 from __future__ import annotations

@@ -43,9 +43,8 @@ MIN_ENV_VALUE_LENGTH = 4
 _NON_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off"})
 
 _MAX_PASSES = 4  # until a fixpoint; 2 are enough in practice
-# Results remembered per redactor for strings up to this long, at most this many.
-_MEMO_MAX_CHARS = 512
-_MEMO_ENTRIES = 8192
+_MEMO_MAX_CHARS = 512  # results remembered per redactor: for strings up to this long,
+_MEMO_ENTRIES = 8192  # at most this many
 
 
 def _quote_aware(value: str) -> str:
@@ -91,34 +90,26 @@ _LABELS = lazy(
     r"(?P<aws_value>\[redacted\]|[a-z0-9/+=]{30,80})"
     # A bare bearer token (no header label), long enough not to be English prose.
     r"|(?P<bearer_label>bearer\s{1,10})(?P<bearer_value>[a-z0-9._~+/=_\-]{16,})"
-    # Assignments: password=..., "password": "...", secret: ..., api_key=..., token=...
-    # The label may carry a suffix (password_hash, secret_access_key) of bounded length
-    # (unbounded, a long word full of keywords makes the scan quadratic), matched atomically
-    # (lookahead + backreference: Python < 3.11 has no atomic groups) so a failed label is
-    # not retried at every shorter suffix, and without "." (``tokenize.py:12`` is a
-    # traceback line, not an assignment).
-    # A bare "pass" (DB_PASS=, SMTP_PASS:) only right before its operator, so "passed: 3"
-    # and a Python "pass" statement stay; "pwd" (ODBC) only before "=" and not before a
-    # path ("PWD=/home/x" is the working directory). The label may end in an escaped quote
-    # (JSON inside JSON: \"password\": ...).
+    # Assignments: password=..., "password": "...", token=... The label's suffix
+    # (password_hash) is bounded (else a long word of keywords makes the scan quadratic),
+    # matched atomically (lookahead + backreference) so a failed label is not retried at every
+    # shorter suffix, and holds no "." (``tokenize.py:12`` is a traceback line).
+    # A bare "pass" (DB_PASS=) only right before its operator ("passed: 3" stays); "pwd"
+    # (ODBC) only before "=" and not before a path ("PWD=/home/x"). The label may end in an
+    # escaped quote (JSON inside JSON).
     r"|(?P<assign_label>(?:pass(?:word|wd|phrase)|secret|token|a(?:pi|ccess|uth|ccount)[_-]?key"
     r"|private[_-]?key|client[_-]?key|signing[_-]?key|session[_-]?(?:id|key)"
     r"|pass(?=\\{0,4}[\"']?[ \t]{0,10}" + _OP + r")|pwd(?=[ \t]{0,10}=(?!=)[ \t]{0,10}[^/~\s]))"
     r"(?=(?P<suffix>[a-z0-9_\-]{0,40}))(?P=suffix)\\{0,4}[\"']?\s{0,10}" + _OP + r"\s{0,10})"
     r"(?P<assign_value>" + _VALUE + r")"
 )
-# Where a label can start. Each alternative starts with a literal, so ``re`` skips every other
-# position in C; the full (slower) ``_LABELS`` pattern then runs anchored at each candidate
-# only. Scanning 10 MB with ``_LABELS`` itself costs seconds.
+# Where a label can start: each alternative starts with a literal, so ``re`` skips every other
+# position in C, and the slow ``_LABELS`` runs anchored at each candidate only.
 _LABEL_TRIGGER = lazy(
     r"a(?:uth|ws|pi|ccess|ccount)|bearer|pass|secret|token|private|client|signing|cookie|session|pwd"
 )
-# The labels pass is skipped unless one of these occurs in the lower-cased text.
-_LABEL_NEEDLES: tuple[str, ...] = ("authorization", "bearer", "pass", "secret", "token", "key", "cookie", "session", "pwd")
-
-
-# One search for every needle instead of a substring test per needle (most texts hold none).
-_ANY_LABEL_NEEDLE = lazy("|".join(re.escape(n) for n in _LABEL_NEEDLES))
+# The labels pass runs only when one of these occurs in the lower-cased text.
+_ANY_LABEL_NEEDLE = lazy("authorization|bearer|pass|secret|token|key|cookie|session|pwd")
 
 _LABEL_KINDS = ("auth", "cookie", "aws", "bearer", "assign")
 # The longest a label can be from its keyword to its value (keyword, suffix, quote, spaces,

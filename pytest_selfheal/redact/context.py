@@ -15,8 +15,7 @@ _Replacer = Callable[["re.Match[str]", str], str]
 
 
 def lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
-    """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
-    text needs few of these regexes; compiling them all would cost every capture."""
+    """``pattern``, compiled on first use: a text needs few of them, compiling all costs every capture."""
     return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
 
 
@@ -48,15 +47,13 @@ def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) 
     return spliced(out, text, last)
 
 
-# netrc entries: ``machine host login user password VALUE`` (whitespace-separated, any
-# layout), matched on the lower-cased text. The value is any run of non-space characters.
+# netrc entries: ``machine host login user password VALUE``, any layout, on the lower-cased text.
 _NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
 
 
-# Command lines carry a password by position: ``curl -u user:PASS``, ``sshpass -p PASS``,
-# ``docker login -p PASS``, ``mysql -pPASS``. Each option only on a line that runs its
-# command (elsewhere ``-p`` is a pytest plugin, ``-u`` a flag of sort), written in a shell
-# line or as a Python argv list (``['curl', '-u', 'user:PASS']``).
+# Command lines carry a password by position (``curl -u user:PASS``, ``mysql -pPASS``): each
+# option only on a line that runs its command (elsewhere ``-p`` is a pytest plugin), in a
+# shell line or a Python argv list (``['curl', '-u', 'user:PASS']``).
 
 
 def _sep(group: str, glued: bool = False) -> str:
@@ -101,9 +98,8 @@ def command_pass(text: str) -> str:
     return text
 
 
-# Command-line options carrying a secret: ``--api-key VALUE``, ``--token VALUE``, ``-p`` is not
-# covered (too ambiguous). The value must not look like another option.
-# Also as an argv list's repr: ``['--password', 'VALUE']``.
+# Options carrying a secret (``--api-key VALUE``, ``['--password', 'VALUE']``; not ``-p``: too
+# ambiguous); the value must not look like another option.
 _OPTION_SECRET = lazy(
     r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|(?:[a-z]+-)?pass(?:word|wd)?|secret|[a-z]*[_-]?secret)"
     r"(?:[ \t]+|(?P<q>[\"']),[ \t]*(?P=q)))"
@@ -150,10 +146,8 @@ def command_line_pass(text: str) -> str:
     return text
 
 
-# pytest shortens a long item of an assertion diff by cutting its head: ``'...v2H4s9ZAs1kmrv'``.
-# What is left has lost its label or prefix, so nothing above recognises it. A run of 12 or
-# more token characters inside a quoted item that starts with ``...`` is redacted
-# (docs/redaction.md "Shortened values" says what this leaves).
+# pytest shortens a long item of an assertion diff by cutting its head (``'...v2H4s9ZAs1kmrv'``),
+# label and prefix lost: a run of 12 or more token characters in such an item is redacted.
 _SHORTENED_ITEM = lazy(r"(?P<q>[\"'])\.\.\.(?P<body>[^\"'\n]{0,4096})(?P=q)")
 _TOKEN_RUN = lazy(r"[A-Za-z0-9+/=_\-]{12,}")
 
@@ -189,11 +183,9 @@ def _encoded_url_repl(m: re.Match[str], text: str) -> str:
     return text[m.start():start] + "***" + text[end:m.end()]
 
 
-# URL credentials: ``scheme://user:password@host``, the password whatever its characters
-# (``/``, ``@``, ``:``, ``%``-escapes), or a long user-only token (https://<token>@host: at
-# least 20 characters with a digit and a letter, so not a user name). Anchored on "://" (the
-# scheme is left alone) so the scan has a literal prefix; where the userinfo ends is decided
-# by :func:`_userinfo_end`.
+# URL credentials: ``scheme://user:password@host``, the password whatever its characters, or a
+# long user-only token (``https://<token>@host``: 20+ characters with a digit and a letter).
+# Anchored on "://" so the scan has a literal prefix; :func:`_userinfo_end` finds the end.
 _URL = lazy(
     r"://(?:"
     r"(?P<user>\[REDACTED\]|[^\s:/@\[\]\"'<>]{0,256}):"
@@ -211,12 +203,9 @@ _PORT_THEN_PATH = lazy(r"[0-9]{0,5}[/?#]")
 
 
 def _userinfo_end(rest: str) -> int:
-    """The index of the ``@`` that ends the password in ``rest`` (what follows ``user:``), or -1.
-
-    The last ``@`` followed by a host, before the query of the first such host: a password
-    may hold ``@`` and ``/`` (``p@ss/w0rd@db/app``), a path may hold ``/@scope`` and a query
-    ``?email=a@b.com``. No ``@`` followed by a host: the last ``@`` (the safe direction).
-    """
+    """The index of the ``@`` that ends the password in ``rest`` (after ``user:``), or -1: the
+    last ``@`` followed by a host before the first such host's query (``p@ss/w0rd@db/app``,
+    ``?email=a@b.com``), else the last ``@`` (the safe direction)."""
     if "@" not in rest or _PORT_THEN_PATH().match(rest):
         return -1
     hosts: list[int] = []
@@ -259,8 +248,7 @@ def url_pass(text: str, secret_user: Callable[[str], bool]) -> str:
     return spliced(out, text, last)
 
 
-# Query parameters that carry a credential by their name: signed URLs (S3, GCS, Azure SAS,
-# CloudFront), API keys and tokens. Matched on the lower-cased text; the name is kept.
+# Query parameters that carry a credential by their name (signed URLs, API keys, tokens).
 QUERY_SECRET = lazy(
     r"(?P<label>[?&](?:amp;)?(?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)"
     r"|sig|signature|key|apikey|api[_-]key|(?:access|refresh|id|auth|private)?[_-]?token|client_secret|secret"
@@ -286,9 +274,8 @@ _SLACK_WEBHOOK = lazy(r"(?P<label>hooks\.slack\.com/(?:services|workflows|trigge
 
 
 def written_forms(values: Iterable[str]) -> set[str]:
-    """The forms an env secret takes when written out: as is, JSON- and repr-escaped (a
-    backslash or a quote doubled), and base64 (standard and URL-safe, with and without
-    padding). Each is hidden like the value itself."""
+    """The forms an env secret takes when written out: as is, JSON- and repr-escaped, and
+    base64 (standard and URL-safe, with and without padding)."""
     forms: set[str] = set()
     for value in values:
         forms.add(value)
