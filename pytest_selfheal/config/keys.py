@@ -69,8 +69,7 @@ class KeySpec:
     judging: bool = False
     most: Optional[float] = None  # the largest INT or NUMBER value
     shape: str = ""  # PATH, COMMANDS or PYTEST_ARGS: what else a valid value must be
-    # A string key's only allowed values (empty: any non-empty string).
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # a string key's only allowed values (empty: any)
 
     @property
     def expected(self) -> str:  # what a valid value looks like, for error messages

@@ -7,9 +7,6 @@ module the run imported, by content; the test data the run read; pytest's config
 the interpreter's start-up files; pytest's and the pytest11 plugins' distributions; and the
 code under repair's reads of the process context (:func:`context_reads`), so that a read
 added since the capture is flagged, quoted.
-
-A file's content is hashed once per run (:class:`Hasher`), and a run with nothing to judge
-(green, no incident open) never takes a seal (recorder/finish.py).
 """
 
 from __future__ import annotations

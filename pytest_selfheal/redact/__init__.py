@@ -170,11 +170,9 @@ _WORD_AFTER = lazy(r"[a-z0-9_\-]{0,64}(?P<operator>[ \t]*[:=])?")
 
 
 def _in_path(folded: str, start: int) -> bool:
-    """Whether the word holding a label keyword at ``start`` is the last part of a path
-    (``'/etc/passwd': expected``, ``/run/secrets/db_password``): a file name, not a label.
-    A word right before ``=`` or ``:`` is a label wherever it stands (``…/password=hunter2``,
-    ``x/client_secret: abc``): a path cannot be told from a label there, and a secret is
-    worth more than a word."""
+    """Whether the word holding a label keyword at ``start`` is a file name ending a path
+    (``'/etc/passwd': expected``). A word right before ``=`` or ``:`` is a label wherever it
+    stands (``…/password=hunter2``): a secret is worth more than a word."""
     word = _WORD_BEFORE().search(folded, max(0, start - 64), start)
     begin = word.start() if word is not None else start
     after = _WORD_AFTER().match(folded, start)
