@@ -1,9 +1,8 @@
 """Finding and reading the config files (edge: file I/O; the merge is settings.py's).
 
-The global file, the project's ``.planning/config.{yml,yaml,json}`` (JSON wins) and the
-``selfheal*`` options of the pytest config file pytest would use (docs/configuration.md).
-Only the ``ralf_lite`` key of the JSON/YAML files is ours; the rest belongs to other tools
-sharing the file. Every file is read and checked before anything is returned.
+The global file, the project's ``.planning/config.{yml,yaml,json}`` and the ``selfheal*``
+options of the pytest config file pytest would use. Only the ``ralf_lite`` key of the
+JSON/YAML files is ours; every file is read and checked before anything is returned.
 """
 
 from __future__ import annotations
@@ -128,9 +127,6 @@ def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) ->
     paths = [global_config_path(env), *project_config_paths(project_root)]
     sections = [(str(path), read_config_section(path)) for path in paths]
     return [ConfigLayer.of(origin, section) for origin, section in sections if section is not None]
-
-
-# --- pytest ini files ---------------------------------------------------------------
 
 
 def toml_loads(text: str) -> dict[str, Any]:

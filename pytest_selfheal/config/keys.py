@@ -1,9 +1,6 @@
-"""The configuration keys (docs/configuration.md), declared once as the fields of the typed
-:class:`Settings`; ``SCHEMA`` lists every leaf under ``ralf_lite`` from them.
-
-Pure. Defaults, validation (:mod:`pytest_selfheal.config.settings`, with the shapes below),
-the error messages and the reference tables in docs/configuration.md all derive from them.
-"""
+"""The configuration keys, declared once as the fields of the typed :class:`Settings`
+(pure): ``SCHEMA`` lists every leaf under ``ralf_lite``; defaults, validation, error
+messages and the reference tables in docs/configuration.md derive from them."""
 
 from __future__ import annotations
 
@@ -72,12 +69,10 @@ class KeySpec:
     judging: bool = False
     most: Optional[float] = None  # the largest INT or NUMBER value
     shape: str = ""  # PATH, COMMANDS or PYTEST_ARGS: what else a valid value must be
-    # A string key's only allowed values (empty: any non-empty string).
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # a string key's only allowed values (empty: any)
 
     @property
-    def expected(self) -> str:
-        """What a valid value looks like, for error messages."""
+    def expected(self) -> str:  # what a valid value looks like, for error messages
         if self.choices:
             return "one of " + ", ".join(self.choices)
         if self.most is not None and self.kind == INT:
@@ -87,8 +82,7 @@ class KeySpec:
         return text + (" or null" if self.nullable else "")
 
     @property
-    def type_name(self) -> str:
-        """The type as written in the reference table."""
+    def type_name(self) -> str:  # as the reference table writes it
         if self.choices:
             return ", ".join(f"`{c}`" for c in self.choices[:-1]) + f" or `{self.choices[-1]}`"
         if self.most is not None:
@@ -103,8 +97,7 @@ def _number(value: float) -> str:
 
 
 def setting(kind: str, default: Any, meaning: str, *, key: str = "", **options: Any) -> Any:
-    """A field of :class:`Settings` declaring its key: the typed default (a list as a tuple)
-    and the key's :class:`KeySpec` (the JSON default) in its metadata."""
+    """A field of :class:`Settings` declaring its key: the typed default, the :class:`KeySpec` in its metadata."""
     typed = tuple(default) if isinstance(default, list) else default
     return field(default=typed, metadata={"spec": KeySpec(key, kind, default, meaning, **options)})
 
@@ -224,9 +217,7 @@ class GateSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective ``ralf_lite`` config as typed values, and the declaration of its keys:
-    each field (a group's field) is the key of its name, ``classification_rules`` the
-    configured rules compiled."""
+    """The effective ``ralf_lite`` config as typed values, and the declaration of its keys."""
 
     enabled: bool = setting(BOOL, True,
             "Master switch of the loop; `false` still captures incidents but stops the loop at once with "
@@ -293,20 +284,13 @@ def nest(flat: Mapping[str, object]) -> dict[str, Any]:
 
 
 def strip_root(key: str) -> str:
-    """``key`` without a leading ``ralf_lite.``."""
     return key[len(ROOT_KEY) + 1:] if key.startswith(ROOT_KEY + ".") else key
 
 
-# --- shapes ---------------------------------------------------------------------------
-# What a value must be beyond its kind, judged by its text alone
-# (docs/configuration.md "Paths, commands, arguments and patterns"); config/settings.py
-# checks every value of every layer with text_problem. A pattern's cost is judged by the one regular expression
-# validator, analysis/rules.regex_problem.
+# --- shapes: what a value must be beyond its kind, judged by its text alone ---------------
 
-# The programs an allowlist may not name: a shell, an interpreter, or a launcher of another
-# program or code given in its arguments. An entry is judged by its basename, lower-cased,
-# without a Windows suffix and without a trailing version (``/bin/bash5`` → ``bash``,
-# ``python3.12`` → ``python``, ``node18.exe`` → ``node``).
+# The programs an allowlist may not name (judged by :func:`program_stem`): a shell, an
+# interpreter, or a launcher of another program or code given in its arguments.
 RUNS_ANYTHING = frozenset({
     # shells
     "sh", "bash", "zsh", "dash", "ksh", "mksh", "pdksh", "oksh", "yash", "ash", "csh", "tcsh", "fish", "rc", "es",
@@ -349,34 +333,28 @@ def _short_c(word: str) -> bool:
 
 
 def rule_checks() -> tuple[Callable[[str], Optional[str]], Callable[[Any, str], list[Rule]]]:
-    """``(regex_problem, rules_from_config)`` of ``analysis/rules``: the one validator of a
-    regular expression and of the configured rules."""
-    # Imported here: the rules' module loads the failure records, which a run that only reads
-    # the config (a green one) must not parse and compile.
+    """``analysis/rules``' one validator of a regular expression and of the configured rules."""
+    # Imported here: the rules' module loads the failure records, which a green run must not.
     from pytest_selfheal.analysis.rules import regex_problem, rules_from_config
 
     return regex_problem, rules_from_config
 
 
 def text_problem(spec: KeySpec, item: str) -> Optional[str]:
-    """Why one string value (or one item of a list) of ``spec`` is refused, or None: a NUL, a
-    length over :data:`MAX_TEXT`, a regular expression that does not compile or costs too much
-    (``analysis/rules.regex_problem``), or the key's shape (:func:`shape_problem`)."""
+    """Why one string value (or list item) of ``spec`` is refused, or None."""
     if "\x00" in item:  # no path, argv word or name can hold NUL: refused here, not as an internal error later
         return "contains a NUL character"
     if len(item) > MAX_TEXT:
         return f"longer than {MAX_TEXT} characters"
     if spec.kind == REGEXES:
-        problem = rule_checks()[0](item)
+        problem = "it matches everywhere" if not item else rule_checks()[0](item)
         return f"expected a valid regular expression, got {describe_value(item)}: {problem}" if problem else None
     problem = shape_problem(spec, item)
     return f"refusing {describe_value(item)}: {problem}" if problem is not None else None
 
 
 def shape_problem(spec: KeySpec, item: str) -> Optional[str]:
-    """Why one value (one item of a list) of ``spec`` lacks the key's shape, or None: a path
-    that climbs out of the project, an allowlisted program that runs anything its arguments
-    say, a pytest argument that moves the rootdir or the config or reads ``@FILE``."""
+    """Why one value (or list item) of ``spec`` lacks the key's shape (:data:`PATH`...), or None."""
     if spec.shape == PATH:
         path = item.replace("\\", "/")
         if not posixpath.isabs(path) and posixpath.normpath(path).split("/")[0] == "..":
@@ -405,18 +383,14 @@ def _argument_problem(word: str) -> Optional[str]:
 
 
 def outside_project(value: str, project_root: str) -> bool:
-    """Whether the path ``value`` (relative to ``project_root``) lies outside it, by its text
-    alone (the store follows its symbolic links: ``fsio.project_path``)."""
+    """Whether the path ``value`` (relative to ``project_root``) lies outside it, by its text alone."""
     root = posixpath.normpath(project_root.replace("\\", "/"))
     target = posixpath.normpath(posixpath.join(root, value.replace("\\", "/")))
     return target != root and not target.startswith(root.rstrip("/") + "/")
 
 
-# --- documentation ------------------------------------------------------------------
-
-
 def reference_table() -> str:
-    """The markdown reference table of every key, as docs/configuration.md carries it."""
+    """The reference table of every key in docs/configuration.md."""
     rows = ["| Key | Type | Default | Meaning |", "|-----|------|---------|---------|"]
     for spec in SCHEMA:
         default = json.dumps(spec.default, ensure_ascii=False)
@@ -425,7 +399,7 @@ def reference_table() -> str:
 
 
 def ini_table() -> str:
-    """The markdown table of pytest ini options, as docs/configuration.md carries it."""
+    """The table of pytest ini options in docs/configuration.md."""
     rows = ["| ini option | Config key |", "|------------|------------|"]
     for name, dotted in INI_KEYS.items():
         target = f"`{dotted}`" if dotted else "any: one `KEY=VALUE` override per line"

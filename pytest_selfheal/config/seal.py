@@ -7,9 +7,6 @@ module the run imported, by content; the test data the run read; pytest's config
 the interpreter's start-up files; pytest's and the pytest11 plugins' distributions; and the
 code under repair's reads of the process context (:func:`context_reads`), so that a read
 added since the capture is flagged, quoted.
-
-A file's content is hashed once per run (:class:`Hasher`), and a run with nothing to judge
-(green, no incident open) never takes a seal (recorder/finish.py).
 """
 
 from __future__ import annotations
@@ -106,8 +103,7 @@ def _reads_context(node: ast.AST) -> bool:
 
 def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
     """``(line number, stripped line)`` of each line of a module that reads the process
-    context (the environment, ``sys.modules``, the call stack, ``__file__``, the working
-    directory, a string naming pytest or selfheal); docstrings left out, () when unparsable."""
+    context (:func:`_reads_context`), docstrings left out; () when unparsable."""
     if not _CONTEXT_LINE.search(data.lower()):
         return ()
     try:
@@ -152,9 +148,8 @@ def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[i
 
 @dataclass
 class Hasher:
-    """Reads each file once per run: ``(size, mtime_ns)`` keys this run's cache of what is
-    derived from its bytes (its sha256, its context reads). Never kept across runs: an
-    mtime can lie."""
+    """Reads each file once per run: ``(size, mtime_ns)`` keys the cache of what is derived
+    from its bytes. Never kept across runs: an mtime can lie."""
 
     _cache: dict[tuple[str, Callable[[bytes], Any]], tuple[int, int, Any]] = field(default_factory=dict)
 
@@ -176,11 +171,9 @@ class Hasher:
         return self._derived(path, sha256, MISSING)
 
     def record(self, path: str) -> str:
-        """The file's :func:`code_record` ("" when it cannot be read)."""
         return self._derived(path, code_record, "")
 
     def reads(self, path: str) -> tuple[tuple[int, str], ...]:
-        """The file's reads of the process context (:func:`context_reads`)."""
         return self._derived(path, context_reads, ())
 
 
@@ -203,9 +196,6 @@ def loaded_now(plugins: Iterable[object], read_files: Iterable[str] = ()) -> Loa
 
     return Loaded(tuple(f for f in map(file_of, plugins) if f),
                   tuple(f for f in map(file_of, list(sys.modules.values())) if f), tuple(read_files))
-
-
-# --------------------------------------------------------------------------- where to look
 
 
 def _relative(rootdir: Path, path: str) -> Optional[str]:
@@ -272,7 +262,10 @@ def _startup(hasher: Hasher, path: Sequence[str]) -> dict[str, str]:
             if found is not None:
                 out[module] = f"{hasher.digest(found)} {found}"
                 break
-    for folder in _site_dirs():
+    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    for folder in dict.fromkeys(folders):
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".pth"))
         except OSError:
@@ -281,13 +274,6 @@ def _startup(hasher: Hasher, path: Sequence[str]) -> dict[str, str]:
             pth = os.path.join(folder, name)
             out[pth] = hasher.digest(pth)
     return out
-
-
-def _site_dirs() -> list[str]:
-    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    if site.ENABLE_USER_SITE:
-        folders.append(site.getusersitepackages())
-    return list(dict.fromkeys(folders))
 
 
 def _distributions() -> dict[str, str]:
@@ -319,9 +305,6 @@ def _environment(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- take, compare
-
-
 def _files(rootdir: Path, test_files: Sequence[str], plugin_files: Iterable[str], hasher: Hasher) -> dict[str, str]:
     names = set(test_files) | set(_conftests(rootdir))
     for folder in _folders(test_files):
@@ -335,8 +318,7 @@ def _project_plugins(rootdir: Path, loaded: Loaded) -> list[str]:
 
 
 def _project_module(rootdir: Path, path: str) -> Optional[str]:
-    """``path`` rootdir-relative when it is a project module, in whichever folder; None
-    outside the rootdir or in an environment in it."""
+    """``path`` rootdir-relative; None outside the rootdir or in an environment in it."""
     absolute = os.path.abspath(path)
     prefix = os.path.join(rootdir, "")
     if not absolute.startswith(prefix):
@@ -351,9 +333,8 @@ def _test_module_name(rel: str) -> bool:
 
 
 def _loaded_modules(rootdir: Path, loaded: Loaded, sealed: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``(modules, code)`` of what the run loaded besides ``sealed``: what is sealed by
-    content (test code rootdir-relative, anything outside the project absolute), and the
-    code under repair."""
+    """``(modules, code)`` the run loaded besides ``sealed``: what is sealed by content (test
+    code rootdir-relative, anything outside the project absolute), the code under repair."""
     skip = set(sealed)
     modules: set[str] = set()
     code: set[str] = set()
@@ -478,12 +459,6 @@ def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
     return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
 
 
-def _import_roots() -> list[str]:
-    return sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
-        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p},
-        key=len, reverse=True)
-
-
 def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
     """Modules of the code under repair the capture ran that this run (``loaded``) imported
     by the same top-level name from outside the project (a ``PYTHONPATH`` or an install
@@ -496,21 +471,15 @@ def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:
 
 def _outside_names(paths: Iterable[str]) -> dict[str, str]:
     """The top-level names modules outside the project are imported by, each with its first path."""
-    roots = _import_roots()
+    roots = sorted({os.path.join(os.path.abspath(p), "") for p in (*sys.path, *(
+        sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib"))) if p}, key=len, reverse=True)
     names: dict[str, str] = {}
     for path in paths:
-        name = _top_name(os.path.abspath(path), roots)
-        if name:
-            names.setdefault(name, path)
+        absolute = os.path.abspath(path)
+        top = next((absolute[len(r):].split(os.sep, 1)[0] for r in roots if absolute.startswith(r)), "")
+        if top.removesuffix(".py"):
+            names.setdefault(top.removesuffix(".py"), path)
     return names
-
-
-def _top_name(path: str, roots: Sequence[str]) -> Optional[str]:
-    for entry in roots:
-        if path.startswith(entry):
-            first = path[len(entry):].split(os.sep, 1)[0]
-            return first[:-3] if first.endswith(".py") else first
-    return None
 
 
 def _importable_as(root: Path, rel: str) -> str:
@@ -544,9 +513,8 @@ class Changes(NamedTuple):
 
 def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
     """What changed between two seals, each named (a path, ``<config file>: <key>``, a
-    variable, ``<distribution> <old> -> <new>``, a quoted read of the process context added
-    to the code under repair). A sealed module gone since is no change (deleting code cannot
-    pass a failure); a test data file gone is one. Judging keys: :func:`judging_changes`."""
+    variable, ``<distribution> <old> -> <new>``, a quoted read of the process context). A
+    sealed module gone is no change (deleting code cannot pass a failure); a test data file is."""
     files = _differ(recorded.files, now.files)
     files += [name for name in sorted(recorded.modules)
               if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
@@ -573,8 +541,7 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
 
 
 def judging_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The judging keys whose value now differs from the recorded one, sorted (compared as
-    JSON: a value read back from ``incident.json`` is a frozen copy)."""
+    """The judging keys whose value differs, compared as JSON (a value read back is a frozen copy)."""
     def text(values: Mapping[str, Any], key: str) -> str:
         return json.dumps(plain_json(values.get(key)), sort_keys=True)
 

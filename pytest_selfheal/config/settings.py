@@ -1,11 +1,9 @@
 """The effective configuration (docs/configuration.md): validation, merge, typed settings.
 
-Pure (``config/files.py`` reads the files, ``config/keys.py`` holds the keys). Layers, later
-wins: defaults, the global file, the project files, pytest ini options, command-line
-overrides; groups merge key by key, every other value is a leaf a later layer replaces
-whole, and the origin of every leaf is kept. Values from files are checked strictly (``"4"``
-is not an integer); text (ini options, ``--set``) is first coerced to the key's type.
-Code reads the typed :class:`Settings`, never the raw mapping.
+Pure. Layers, later wins: defaults, the global file, the project files, pytest ini
+options, command-line overrides; groups merge key by key, the origin of every leaf is kept.
+Values from files are checked strictly (``"4"`` is not an integer); text (ini options,
+``--set``) is first coerced to the key's type. Code reads the typed :class:`Settings`.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ from pytest_selfheal.errors import ConfigError, describe_value
 from pytest_selfheal.names import INI_KEYS, INI_OVERRIDES
 
 if TYPE_CHECKING:
-    from pytest_selfheal.analysis.rules import Rule
     from pytest_selfheal.hookspecs import ClassificationRule
     from pytest_selfheal.redact import Redactor
 
@@ -76,16 +73,15 @@ class Override:
 
 @dataclass(frozen=True)
 class ConfigLayer:
-    """One layer of the merge, checked: where it came from (a file path, ``pytest ini (<path>)``,
-    a flag) and its values, ``{dotted leaf key: value}`` (``"apply_to.tdd_tasks": True``)."""
+    """One checked layer of the merge: its origin (a file path, ``pytest ini (<path>)``, a
+    flag) and ``{dotted leaf key: value}``."""
 
     origin: str
     values: Mapping[str, Any]  # each value valid for its key (config/keys.py)
 
     @classmethod
     def of(cls, origin: str, section: object) -> ConfigLayer:
-        """The layer of a ``ralf_lite`` value as a file gives it (nested objects), checked
-        strictly; ConfigError naming ``origin``, the key and the expected type."""
+        """The layer of a ``ralf_lite`` value as a file gives it, checked strictly."""
         return cls(origin, dict(_flatten(origin, section)))
 
 
@@ -99,15 +95,15 @@ def _typed(values: Mapping[str, Any], cls: type = Settings, prefix: str = "") ->
         key = f.metadata["spec"].key or prefix + f.name
         value = values[key]
         if f.metadata["spec"].kind == RULES:
-            value = _parsed_rules(value, key) if value else ()
+            value = rule_checks()[1](list(value), key) if value else ()
         typed[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**typed)
 
 
 @dataclass(frozen=True)
 class EffectiveConfig:
-    """The merged ``ralf_lite`` mapping (every key present), the origin of every leaf and
-    the typed :class:`Settings` built from them once."""
+    """The merged ``ralf_lite`` mapping (every key present), each leaf's origin, the typed
+    :class:`Settings`."""
 
     values: dict[str, Any]
     origins: dict[str, str]
@@ -117,16 +113,14 @@ class EffectiveConfig:
 
     @cached_property
     def redactor(self) -> Redactor:
-        """The run's one redactor, built on first use: a green run never imports the redact module."""
-        # Imported here: merging the config does no I/O, and reading the environment is I/O.
+        # Imported here: a green run never imports the redact module, and the merge does no I/O.
         from pytest_selfheal.redact import default_redactor
 
         redaction = self.settings.redaction
         return default_redactor(redaction.patterns, redaction.env_names, env=self.environ)
 
     def get(self, dotted: str) -> Any:
-        """A copy of the value at ``dotted`` (a leaf or a group, ``ralf_lite.`` allowed in front);
-        KeyError for a key not in the schema."""
+        """A copy of the value at ``dotted`` (a leaf or a group); KeyError for a key not in the schema."""
         node: Any = self.values
         for part in strip_root(dotted).split("."):
             if not isinstance(node, dict) or part not in node:
@@ -135,20 +129,14 @@ class EffectiveConfig:
         return copy.deepcopy(node)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"ralf_lite": values}``, as the config files spell it."""
         return {ROOT_KEY: copy.deepcopy(self.values)}
 
     def with_origins(self) -> dict[str, dict[str, Any]]:
-        """``{"ralf_lite.<key>": {"value": ..., "origin": ...}}`` for every leaf key, sorted."""
         return {f"{ROOT_KEY}.{key}": {"value": self.get(key), "origin": self.origins[key]}
                 for key in sorted(self.origins)}
 
 
-# --- errors -------------------------------------------------------------------------
-
-
 def config_error(message: str) -> ConfigError:
-    """A ConfigError whose message is guaranteed to be one line."""
     return ConfigError(" ".join(message.splitlines()))
 
 
@@ -166,22 +154,13 @@ def _unknown_key(origin: str, where: str, key: str, known: Sequence[str]) -> Con
 # --- strict validation (values as the files give them) ------------------------------
 
 
-def _check_text(origin: str, where: str, spec: KeySpec, value: str) -> None:
-    if (problem := text_problem(spec, value)) is not None:
-        raise config_error(f"{origin}: {where}: {problem}")
-
-
 def _check_strings(origin: str, where: str, spec: KeySpec, value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise _type_error(origin, where, spec.expected, value)
     for index, item in enumerate(value):
-        _check_text(origin, f"{where}[{index}]", spec, item)
+        if (problem := text_problem(spec, item)) is not None:
+            raise config_error(f"{origin}: {where}[{index}]: {problem}")
     return list(value)
-
-
-def _parsed_rules(value: Sequence[Any], where: str) -> list[Rule]:
-    """The configured rules, checked by the one rule validator (hook rules go through it too)."""
-    return rule_checks()[1](list(value), where)
 
 
 def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[ClassificationRule]:
@@ -189,8 +168,8 @@ def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[Cla
         raise _type_error(origin, where, spec.expected, value)
     if not value:
         return []
-    try:
-        _parsed_rules(value, where)
+    try:  # the one rule validator (hook rules go through it too)
+        rule_checks()[1](list(value), where)
     except ConfigError as exc:
         raise config_error(f"{origin}: {exc}") from None
     # A copy of each checked rule (the hook payload's shape: only known keys pass the check).
@@ -198,7 +177,7 @@ def _check_rules(origin: str, where: str, spec: KeySpec, value: Any) -> list[Cla
 
 
 def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
-    """``value`` if valid for ``spec`` (lists copied), else ConfigError naming ``where``."""
+    """``value`` (lists copied) if valid for ``spec``, else ConfigError naming ``where``."""
     if value is None and spec.nullable:
         return None
     if isinstance(value, (list, tuple)) and len(value) > MAX_ITEMS:
@@ -219,8 +198,8 @@ def _check_leaf(origin: str, where: str, spec: KeySpec, value: Any) -> Any:
         ok = kind == STRING and isinstance(value, str) and value != "" and (not spec.choices or value in spec.choices)
     if not ok:
         raise _type_error(origin, where, spec.expected, value)
-    if isinstance(value, str):
-        _check_text(origin, where, spec, value)
+    if isinstance(value, str) and (problem := text_problem(spec, value)) is not None:
+        raise config_error(f"{origin}: {where}: {problem}")
     return value
 
 
@@ -232,7 +211,7 @@ def _known_names(prefix: str) -> list[str]:
 
 
 def _flatten(origin: str, data: object, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Check one layer's ``ralf_lite`` mapping: ``(dotted leaf, value)`` for each of its leaves."""
+    """One layer's ``ralf_lite`` mapping, checked, as ``(dotted leaf, value)`` pairs."""
     where = f"{ROOT_KEY}.{prefix}" if prefix else ROOT_KEY
     if not isinstance(data, Mapping):
         raise _type_error(origin, where, "an object", data)
@@ -251,7 +230,7 @@ def _flatten(origin: str, data: object, prefix: str = "") -> Iterator[tuple[str,
 
 
 def _known_key(origin: str, key: str) -> str:
-    """``key`` without a leading ``ralf_lite.``, if it names a leaf or an object; else ConfigError."""
+    """``key`` without ``ralf_lite.``, if it names a leaf or an object; else ConfigError."""
     dotted = strip_root(key.strip())
     if dotted not in SPECS and dotted not in GROUPS:
         group = dotted.split(".")[0]
@@ -263,7 +242,6 @@ def _known_key(origin: str, key: str) -> str:
 
 
 def _yaml_text(text: str) -> Any:
-    """YAML (flow) syntax to a value; ValueError when it does not parse."""
     import yaml  # type: ignore[import-untyped,unused-ignore]  # lazy: pytest startup pays nothing
 
     try:
@@ -273,7 +251,7 @@ def _yaml_text(text: str) -> Any:
 
 
 def _coerce_text(spec: KeySpec, text: str) -> Any:
-    """Text to the kind of ``spec``; ValueError when it cannot be. Range checks come after."""
+    """Text to the kind of ``spec`` (range checks come after); ValueError when it cannot be."""
     stripped = text.strip()
     if spec.nullable and stripped.lower() in _NULL_WORDS:
         return None
@@ -299,8 +277,8 @@ def _coerce_text(spec: KeySpec, text: str) -> Any:
 
 
 def _override_leaves(origin: str, key: str, value: Any, label: Optional[str] = None) -> Iterator[tuple[str, Any]]:
-    """One override as checked ``(dotted leaf, value)`` pairs; ``label`` names the key in
-    errors when the user wrote something else (an ini name)."""
+    """One override as checked ``(dotted leaf, value)`` pairs; ``label``: the key as the user
+    wrote it (an ini name)."""
     dotted = _known_key(origin, key)
     where = label or f"{ROOT_KEY}.{dotted}"
     if dotted in GROUPS:
@@ -330,7 +308,6 @@ def parse_override(text: str, origin: str) -> Override:
 
 
 def override_layers(overrides: Sequence[Override]) -> list[ConfigLayer]:
-    """Each override as one checked layer, in order."""
     return [ConfigLayer(o.origin, dict(_override_leaves(o.origin, o.key, o.value))) for o in overrides]
 
 
@@ -350,9 +327,6 @@ def ini_layers(ini: Mapping[str, IniValue], origin: str) -> list[ConfigLayer]:
         if line.strip():
             layers.extend(override_layers([parse_override(line, origin)]))
     return layers
-
-
-# --- merge --------------------------------------------------------------------------
 
 
 def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
@@ -389,12 +363,8 @@ def build_effective_config(
     return merge_layers([*project_layers, *flag_layers])
 
 
-# --- judging keys -------------------------------------------------------------------
-
-
 def judging_values(effective: EffectiveConfig) -> dict[str, Any]:
-    """The judging keys (:data:`keys.JUDGING_KEYS`) and their values in ``effective``: what
-    an incident's seal records at capture."""
+    """The judging keys and their values in ``effective``: what an incident's seal records."""
     return {key: effective.get(key) for key in JUDGING_KEYS}
 
 
@@ -420,7 +390,6 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
 
 
 def default_config() -> EffectiveConfig:
-    """The built-in defaults alone."""
     return merge_layers([])
 
 

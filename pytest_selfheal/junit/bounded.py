@@ -2,18 +2,13 @@
 
 expat holds a whole start tag, comment or processing instruction in its buffer until the
 token ends (and before expat 2.6 scans it again on every ``Parse`` call): one 150 MB
-attribute value costs its size in memory and time quadratic in it. Text and CDATA are
-handed over in pieces as they come and need no bound here.
+attribute value costs its size in memory and time quadratic in it.
 
-:class:`BoundedFeed` sees the bytes first and passes on a document in which no token is
-long: an attribute value over :data:`MAX_ATTR` bytes keeps its head and ends with
-``[... truncated by selfheal: N bytes]``; comments are dropped (junit means nothing by
-them); a tag longer than :data:`MAX_MARKUP` outside its attribute values, or a processing
-instruction that long, is refused (:class:`MarkupTooLong`). Every other byte passes
-unchanged. One C-level search per chunk finds the few ``<`` worth a look (a comment,
-CDATA, declaration or processing instruction, or a run of MAX_MARKUP bytes without ``<``:
-an element tag holds no ``<``, so a short tag never matches); only those tokens are walked
-in Python. Documents in UTF-16/UTF-32 (a byte-order mark or a NUL in the first bytes) pass
+:class:`BoundedFeed` passes on a document in which no token is long: an attribute value
+over :data:`MAX_ATTR` bytes keeps its head and ends with a marker; comments are dropped; a
+tag over :data:`MAX_MARKUP` bytes outside its values, or a processing instruction that
+long, is refused (:class:`MarkupTooLong`). One C-level search per chunk finds the few
+``<`` worth a look; only those tokens are walked in Python. UTF-16/UTF-32 documents pass
 unfiltered: the scanner reads ASCII-compatible bytes only.
 """
 
@@ -169,8 +164,7 @@ class BoundedFeed:
         return start + 1
 
     def _value(self, buf: bytes, pos: int, limit: int, out: list[Bytes], final: bool) -> tuple[int, bool]:
-        """Pass on (the head of) the open attribute value: the position reached, and whether
-        the value ended."""
+        """Pass on (the head of) the open attribute value: the position reached, and whether it ended."""
         close = buf.find(self.quote, pos, limit)
         stop = limit if close < 0 else close
         room = min(MAX_ATTR - self.value_len, MAX_TAG_VALUES - self.tag_values)
@@ -204,9 +198,8 @@ _MAX_TAIL = 4 * 1024 * 1024  # longer than any tag the feed passes on
 
 class TagCounter:
     """Counts ``<failure>``/``<error>`` elements and complete ``<testcase>`` elements in
-    filtered bytes, chunk by chunk, at C speed: the reader's count of what it no longer
-    keeps. Counted from the bytes, not parsed: several failures of one testcase, reruns, a
-    failure of a testcase cut by the document's end each count (an upper bound)."""
+    filtered bytes at C speed: the reader's count of what it no longer keeps (from the
+    bytes, not parsed: an upper bound)."""
 
     def __init__(self) -> None:
         self.tail = b""  # from the last '<' of the bytes fed: a tag a chunk's end may cut
@@ -216,11 +209,9 @@ class TagCounter:
 
     @property
     def complete(self) -> int:
-        """Complete testcases counted."""
         return self.started - self.open_case
 
     def feed(self, data: Bytes) -> None:
-        """Count the tags of ``data`` (the tags that end in it, with the last chunk's tail)."""
         tail, buf = self.tail, self.tail + data
         # A match wholly inside the tail was counted with the previous chunk.
         self.failing += len(_FAILING_TAG.findall(buf)) - len(_FAILING_TAG.findall(tail))

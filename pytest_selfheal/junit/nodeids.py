@@ -1,8 +1,4 @@
-"""pytest's junit identity of a node id, and the escape of what XML cannot carry (pure).
-
-Apart from ``junit/writer.py`` (which imports junitparser) so that what only maps node ids
-(the loop's verification, the capture's identities) loads no XML library.
-"""
+"""pytest's junit identity of a node id, and the escape of what XML cannot carry (pure)."""
 
 from __future__ import annotations
 
@@ -11,10 +7,8 @@ from collections.abc import Sequence
 
 from pytest_selfheal.records.redacted import bounded_name
 
-# Characters that XML 1.0 cannot carry; escaped visibly as pytest does (#xNN). pytest
-# writes the complement of the legal ranges ([^\x09\x0a\x0d\x20-\x7e\x80-\ud7ff
-# \ue000-\ufffd\U00010000-\U0010ffff]); this is the same set spelled as its few illegal
-# ranges, which compiles in a tenth of the time, on every capture.
+# Characters that XML 1.0 cannot carry, escaped visibly as pytest does (#xNN): the
+# complement of pytest's legal ranges, spelled as its few illegal ones.
 _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 
 
@@ -29,11 +23,8 @@ def xml_escape_visible(text: str) -> str:
 
 
 def mangle_nodeid(nodeid: str, prefix: str = "") -> tuple[str, str]:
-    """pytest's junit (classname, name) for a node id.
-
-    ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``). Each
-    part is cut as the junit reader cuts it (``records.redacted.bounded_name``).
-    """
+    """pytest's junit (classname, name) for a node id, each part cut as the junit reader cuts
+    it: ``tests/test_a.py::TestX::test_b[1]`` → (``tests.test_a.TestX``, ``test_b[1]``)."""
     path, bracket, params = nodeid.partition("[")
     names = path.split("::")
     names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))

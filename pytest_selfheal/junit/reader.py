@@ -1,17 +1,14 @@
 """Streaming, hostile-input-safe reader of junit XML from any runner (docs/fingerprints.md).
 
-One pass with expat, the standard library's streaming parser, behind the byte filter of
-``junit/bounded.py``; no tree: each ``<testcase>`` becomes a :class:`models.TestCaseResult`
-at its end tag, so memory stays bounded on files of hundreds of MB. A DOCTYPE or ENTITY
-declaration is refused before anything in it is expanded (billion laughs, external
-entities). A file cut mid-write yields its complete testcases plus a warning. Any root
-other than ``<testsuites>``/``<testsuite>`` is refused; suites may nest (jest, Surefire)
-and every ``<testcase>`` at any depth is read.
+One pass with expat behind the byte filter of ``junit/bounded.py``, no tree: each
+``<testcase>`` becomes a :class:`models.TestCaseResult` at its end tag, so memory stays
+bounded on files of hundreds of MB. A DOCTYPE or ENTITY declaration is refused before
+anything in it is expanded; a file cut mid-write yields its complete testcases and a
+warning; the root must be ``<testsuites>``/``<testsuite>``, suites may nest at any depth.
 
-Reruns (pytest-rerunfailures, flaky, Surefire) appear either as several ``<testcase>``
-records of one identity, the last one being the final attempt, or as
-``<rerunFailure>``/``<flakyFailure>``/``<rerunError>``/``<flakyError>`` children that
-record earlier attempts; only ``<failure>``/``<error>``/``<skipped>`` decide the outcome.
+Reruns appear as several records of one identity (the last is the final attempt) or as
+``<rerunFailure>``/``<flakyFailure>``/... children recording earlier attempts; only
+``<failure>``/``<error>``/``<skipped>`` decide the outcome.
 """
 
 from __future__ import annotations
@@ -66,8 +63,8 @@ def _keeps_previous(previous_outcome: str, new: models.TestCaseResult) -> bool:
 
 
 class _Latest:
-    """The latest failing record of each test, for at most ``limit`` tests (the rules of
-    :func:`latest_failing`), each held as ``keep(record)``."""
+    """The latest failing record of each test (:func:`latest_failing`'s rules), for at most
+    ``limit`` tests, each held as ``keep(record)``."""
 
     def __init__(self, limit: Optional[int], keep: Callable[[models.TestCaseResult], Any]) -> None:
         self.limit = MAX_FAILURES if limit is None else limit
@@ -95,13 +92,9 @@ class _Latest:
 
 class _Reader:
     """expat's handlers, turning each ``<testcase>`` into a TestCaseResult at its end tag.
-
-    Without ``latest`` every case goes to ``done``. With it only the latest failing record
-    of each test is held, and a passing case costs no object; from the first failing test
-    beyond its limit on, the handlers are removed and the rest of the document is only
-    counted from its bytes (:class:`TagCounter`): a Python call per element costs as much as
-    expat's whole parse, and nothing more is kept (a later rerun record is not applied).
-    """
+    Without ``latest`` every case goes to ``done``; with it only the latest failing record of
+    each test is held, and past its limit the rest is only counted from the bytes
+    (:class:`TagCounter`): a Python call per element costs as much as expat's whole parse."""
 
     def __init__(self, latest: Optional[_Latest] = None) -> None:
         self.parser = parser = expat.ParserCreate()
@@ -201,7 +194,7 @@ class _Reader:
 
 
 def _test_id(attrs: dict[str, str]) -> str:
-    """``models.TestCaseResult.test`` of a testcase's attributes, without building the object."""
+    """``TestCaseResult.test`` of a testcase's attributes."""
     classname, name = bounded_name(attrs.get("classname", "")), bounded_name(attrs.get("name", ""))
     return f"{classname}::{name}" if classname else name
 
@@ -242,8 +235,7 @@ def _opened(source: Source, label: str) -> Iterator[IO[bytes]]:
 
 
 def _read(source: Source, reader: _Reader, warnings: Optional[list[str]]) -> Iterator[models.TestCaseResult]:
-    """Feed ``source`` through the byte filter to expat in chunks, yielding the finished cases
-    after each chunk; the warnings once the document was read."""
+    """The finished cases of ``source`` fed through the byte filter to expat, chunk by chunk."""
     label = os.fspath(source) if isinstance(source, (str, Path)) else str(getattr(source, "name", "<stream>"))
     feed, parser = BoundedFeed(), reader.parser
     with _opened(source, label) as stream:
@@ -289,7 +281,7 @@ def _read(source: Source, reader: _Reader, warnings: Optional[list[str]]) -> Ite
 
 
 def _count(reader: _Reader, data: bytes | memoryview, fed: int, end: int) -> None:
-    """Count ``data[:end]`` (``fed`` bytes came before it) once the reader only counts."""
+    """Count ``data[:end]`` (after ``fed`` bytes) once the reader only counts."""
     counter, latest, start = reader.counter, reader.latest, max(0, reader.count_from - fed)
     if counter is None or latest is None or start >= end:
         return
@@ -322,9 +314,8 @@ def _warn(warnings: Optional[list[str]], message: str) -> None:
 
 
 def iter_testcases(source: Source, *, warnings: Optional[list[str]] = None) -> Iterator[models.TestCaseResult]:
-    """Every ``<testcase>`` of a junit file (a path or a binary stream) in document order,
-    rerun records as they are (:func:`dedupe`); :class:`errors.InputError` (one line, naming
-    the file) for what the module docstring refuses, a ``warnings`` line for a cut file."""
+    """Every ``<testcase>`` of a junit file (a path or a binary stream) in document order;
+    :class:`errors.InputError` (one line, naming the file) for what the module refuses."""
     return _read(source, _Reader(), warnings)
 
 
@@ -335,10 +326,9 @@ def map_failing(
     warnings: Optional[list[str]] = None,
     limit: Optional[int] = None,
 ) -> list[T]:
-    """``[transform(c) for c in latest_failing(iter_testcases(source))]`` (same errors and
-    warnings), several times faster on big files: passing testcases are never built, and
-    memory holds one ``transform`` result per failing test. Past ``limit`` failing tests the
-    rest of the document is only counted from its bytes (reruns no longer applied)."""
+    """``[transform(c) for c in latest_failing(iter_testcases(source))]``, several times
+    faster: passing testcases are never built, and past ``limit`` failing tests the rest of
+    the document is only counted from its bytes (reruns no longer applied)."""
     latest = _Latest(limit, transform)
     for _ in _read(source, _Reader(latest), warnings):
         pass  # with a transform, nothing is yielded
@@ -363,8 +353,8 @@ def latest_failing(
     limit: Optional[int] = None,
     warnings: Optional[list[str]] = None,
 ) -> list[models.TestCaseResult]:
-    """The failing records of ``dedupe(cases)``, holding failing ones only; past ``limit``
-    failing tests the rest are only counted (reruns no longer applied), as :func:`map_failing` does."""
+    """The failing records of ``dedupe(cases)``; past ``limit`` failing tests the rest are
+    only counted, as :func:`map_failing` does."""
     latest = _Latest(limit, lambda case: case)
     records = iter(cases)
     for case in records:

@@ -1,10 +1,8 @@
 """A junit document of an incident's tests with their re-runs (pure; junitparser's xunit2).
 
-The Surefire re-run convention that CI reporters already read: a test that failed and
-then passed on re-run with no code change is a passing ``<testcase>`` carrying each
-failed run as ``<flakyFailure message type>`` (text: the failure's text); a test still
-failing is a ``<failure>``; a quarantined failure carries the property
-``selfheal.quarantined`` with the reason, and every case ``selfheal.triage`` when known.
+The Surefire re-run convention CI reporters read: a test that passed on re-run with no
+code change is a passing ``<testcase>`` carrying each failed run as ``<flakyFailure>``; a
+quarantined failure carries the property ``selfheal.quarantined`` with the reason.
 """
 
 from __future__ import annotations
@@ -17,13 +15,9 @@ from junitparser import Failure, JUnitXml, Skipped
 from junitparser.xunit2 import FlakyFailure, TestCase, TestSuite
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
+from pytest_selfheal.records.models import OUTCOME_FAILED, OUTCOME_SKIPPED
 
 QUARANTINED_PROPERTY = "selfheal.quarantined"
-TRIAGE_PROPERTY = "selfheal.triage"
-
-PASSED = "passed"
-FAILED = "failed"
-SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -44,18 +38,17 @@ class RerunCase:
     failed_runs: tuple[FailedRun, ...]
     flaky: bool = False  # passed on re-run with no code change in between
     quarantine_reason: Optional[str] = None
-    triage: Optional[str] = None
 
 
-def _case(case: RerunCase, prefix: str) -> TestCase:
-    classname, name = mangle_nodeid(case.nodeid, prefix)
+def _case(case: RerunCase) -> TestCase:
+    classname, name = mangle_nodeid(case.nodeid)
     element = TestCase(name=name, classname=classname)
-    if case.outcome == FAILED and case.failed_runs:
+    if case.outcome == OUTCOME_FAILED and case.failed_runs:
         last = case.failed_runs[-1]
         result = Failure(xml_escape_visible(last.message), xml_escape_visible(last.type))
         result.text = xml_escape_visible(last.text)
         element.result = [result]
-    elif case.outcome == SKIPPED:
+    elif case.outcome == OUTCOME_SKIPPED:
         element.result = [Skipped()]
     elif case.flaky:
         for run in case.failed_runs:
@@ -65,19 +58,17 @@ def _case(case: RerunCase, prefix: str) -> TestCase:
             element.add_interim_result(flaky)
     if case.quarantine_reason is not None:
         element.add_property(QUARANTINED_PROPERTY, xml_escape_visible(case.quarantine_reason))
-    if case.triage is not None:
-        element.add_property(TRIAGE_PROPERTY, case.triage)
     return element
 
 
-def rerun_junit(cases: Sequence[RerunCase], *, suite_name: str, prefix: str = "") -> bytes:
+def rerun_junit(cases: Sequence[RerunCase], *, suite_name: str) -> bytes:
     """The junit document (bytes) of ``cases`` in one test suite."""
     suite = TestSuite(suite_name)  # type: ignore[no-untyped-call]
-    suite.add_testcases([_case(case, prefix) for case in cases])
+    suite.add_testcases([_case(case) for case in cases])
     suite.tests = len(cases)
-    suite.failures = sum(1 for c in cases if c.outcome == FAILED)
+    suite.failures = sum(1 for c in cases if c.outcome == OUTCOME_FAILED)
     suite.errors = 0
-    suite.skipped = sum(1 for c in cases if c.outcome == SKIPPED)
+    suite.skipped = sum(1 for c in cases if c.outcome == OUTCOME_SKIPPED)
     document = JUnitXml()
     document.add_testsuite(suite)
     body: bytes = document.tostring()  # type: ignore[no-untyped-call]

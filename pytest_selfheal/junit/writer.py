@@ -1,12 +1,9 @@
 """The junit testcase of a failing pytest report (pure).
 
-The capture fingerprints a failure from its junit testcase, read like any other runner's,
-so that a failure gets the same fingerprint from the capture, from ``--junitxml`` and from
+A failure gets the same fingerprint from the capture, from ``--junitxml`` and from
 ``selfheal fingerprint``: :func:`junit_case` is the case the junit reader reads from the
-document pytest's own junitxml writes for the report (same classname/name mangling, same
-message attribute, the same escapes and line ends), built once in memory from pytest's
-report itself. Switching on pytest's junitxml for every run would cost large green suites
-about a tenth of their time.
+document pytest's junitxml writes for the report, built in memory from the report itself
+(switching on pytest's junitxml would cost large green suites a tenth of their time).
 """
 
 from __future__ import annotations
@@ -25,27 +22,19 @@ def failure_text(report: Any) -> str:
     return str(report.longreprtext or "")
 
 
-def crash_message(report: Any) -> str:
-    """pytest's crash message of ``report`` (reprcrash.message), or the exception's line."""
-    reprcrash = getattr(report.longrepr, "reprcrash", None)
-    if reprcrash is not None and getattr(reprcrash, "message", None):
-        return str(reprcrash.message)
-    text = failure_text(report)
-    # Collection errors carry no reprcrash: use the last "E   " line, which holds the exception.
-    error_lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    if error_lines:
-        return error_lines[-1]
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-
-
 def junit_message(report: Any) -> str:
-    """The message attribute pytest's junitxml writes for ``report``."""
+    """The message attribute pytest's junitxml writes for ``report``: its crash message, cut."""
     if report.when == "collect":
         return "collection failure"
-    message = crash_message(report)[:MESSAGE_BUDGET]
-    if report.when in ("setup", "teardown"):
-        return f'failed on {report.when} with "{message}"'
-    return message
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    if reprcrash is not None and getattr(reprcrash, "message", None):
+        message = str(reprcrash.message)
+    else:  # collection errors carry no reprcrash: the last "E   " line holds the exception
+        lines = failure_text(report).splitlines()
+        message = next((ln[1:].strip() for ln in reversed(lines) if ln.startswith("E ")), None) or next(
+            (ln.strip() for ln in lines if ln.strip()), "")
+    message = message[:MESSAGE_BUDGET]
+    return f'failed on {report.when} with "{message}"' if report.when in ("setup", "teardown") else message
 
 
 def junit_case(report: Any, nodeid: str, prefix: str = "") -> TestCaseResult:

@@ -38,9 +38,9 @@ from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
+from pytest_selfheal.records.redacted import REDACTED
 from pytest_selfheal.records.run_result import LoopResult, RunResult
 from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReason, first_few
-from pytest_selfheal.redact import REDACTED
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import project_source

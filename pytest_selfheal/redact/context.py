@@ -1,11 +1,5 @@
-"""Secrets found by their context rather than their own shape (part of the ``redact`` package).
-
-A netrc ``password``, a MySQL ``-pSECRET``, an AWS secret next to its key id, a token that
-pytest's assertion diff cut at its head, a header written as a Python tuple, URL credentials
-percent-encoded, and the written forms of an env secret (escaped, base64). Pure; each pass
-runs only when its literal occurs.
-Also the small regex helpers both modules share.
-"""
+"""Secrets found by their context rather than their own shape, and the regex helpers the
+``redact`` package shares (pure; each pass runs only when its literal occurs)."""
 
 from __future__ import annotations
 
@@ -21,8 +15,7 @@ _Replacer = Callable[["re.Match[str]", str], str]
 
 
 def lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
-    """``pattern``, compiled on first use. Each pass runs only when its literal occurs, so a
-    text needs few of these regexes; compiling them all would cost every capture."""
+    """``pattern``, compiled on first use: a text needs few of them, compiling all costs every capture."""
     return functools.lru_cache(maxsize=None)(lambda: re.compile(pattern, flags))
 
 
@@ -36,8 +29,7 @@ def lower_same_length(text: str) -> str:
 
 
 def spliced(out: list[str], text: str, last: int) -> str:
-    """``text`` rebuilt from the pieces ``out`` of its first ``last`` characters and the rest
-    (``text`` itself when nothing was replaced)."""
+    """``text`` rebuilt from ``out`` (its first ``last`` characters, replaced) and the rest."""
     if not out:
         return text
     out.append(text[last:])
@@ -45,8 +37,7 @@ def spliced(out: list[str], text: str, last: int) -> str:
 
 
 def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) -> str:
-    """Like ``regex.sub`` but matching on ``scanned`` (same length as ``text``) and keeping
-    ``text`` between the matches."""
+    """``regex.sub`` matching on ``scanned`` (``text`` folded, same length)."""
     out: list[str] = []
     last = 0
     for m in regex.finditer(scanned):
@@ -56,15 +47,13 @@ def sub_spans(regex: re.Pattern[str], scanned: str, text: str, repl: _Replacer) 
     return spliced(out, text, last)
 
 
-# netrc entries: ``machine host login user password VALUE`` (whitespace-separated, any
-# layout), matched on the lower-cased text. The value is any run of non-space characters.
-NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
+# netrc entries: ``machine host login user password VALUE``, any layout, on the lower-cased text.
+_NETRC = lazy(r"(?P<label>(?:login|machine|account)\s{1,10}\S{1,256}\s{1,10}password\s{1,10})(?P<value>\S+)")
 
 
-# Command lines carry a password by position: ``curl -u user:PASS``, ``sshpass -p PASS``,
-# ``docker login -p PASS``, ``mysql -pPASS``. Each option only on a line that runs its
-# command (elsewhere ``-p`` is a pytest plugin, ``-u`` a flag of sort), written in a shell
-# line or as a Python argv list (``['curl', '-u', 'user:PASS']``).
+# Command lines carry a password by position (``curl -u user:PASS``, ``mysql -pPASS``): each
+# option only on a line that runs its command (elsewhere ``-p`` is a pytest plugin), in a
+# shell line or a Python argv list (``['curl', '-u', 'user:PASS']``).
 
 
 def _sep(group: str, glued: bool = False) -> str:
@@ -81,10 +70,6 @@ _COMMANDS: tuple[tuple[Callable[[], re.Pattern[str]], Callable[[], re.Pattern[st
     (lazy(r"(?:docker|podman|buildah|skopeo|nerdctl|oras|helm)\b[^\n]{0,64}?\blogin\b"),
      lazy(r"(?<![\w-])(?P<label>(?:-p|--password)" + _sep("q") + r")(?![-,])(?P<value>[^\s'\"]+)")),
 )
-
-
-def _redact_option(m: re.Match[str]) -> str:
-    return m.group("label") + REDACTED
 
 
 # One search before the commands' own (each compiled only when its command occurs).
@@ -105,12 +90,22 @@ def command_pass(text: str) -> str:
             end = text.find("\n", run.end())
             end = len(text) if end == -1 else end
             out.append(text[last : run.end()])
-            out.append(option().sub(_redact_option, text[run.end() : end]))
+            out.append(option().sub(lambda m: m.group("label") + REDACTED, text[run.end() : end]))
             last = end
         if out:
             text = spliced(out, text, last)
             folded = lower_same_length(text)
     return text
+
+
+# Options carrying a secret (``--api-key VALUE``, ``['--password', 'VALUE']``; not ``-p``: too
+# ambiguous); the value must not look like another option.
+_OPTION_SECRET = lazy(
+    r"(?P<label>(?<![\w-])--?(?:api[_-]?key|[a-z]*[_-]?token|(?:[a-z]+-)?pass(?:word|wd)?|secret|[a-z]*[_-]?secret)"
+    r"(?:[ \t]+|(?P<q>[\"']),[ \t]*(?P=q)))"
+    r"(?!-|\[REDACTED\])(?P<value>[^\s\"']+)",
+    re.IGNORECASE,
+)
 
 
 # An AWS secret access key has no format of its own, but it travels with its key id: a
@@ -138,50 +133,59 @@ def aws_pair_pass(text: str) -> str:
     return spliced(out, text, last)
 
 
-# pytest shortens a long item of an assertion diff by cutting its head: ``'...v2H4s9ZAs1kmrv'``.
-# What is left has lost its label or prefix, so nothing above recognises it. A run of 12 or
-# more token characters inside a quoted item that starts with ``...`` is redacted
-# (docs/redaction.md "Shortened values" says what this leaves).
-SHORTENED_ITEM = lazy(r"(?P<q>[\"'])\.\.\.(?P<body>[^\"'\n]{0,4096})(?P=q)")
+def command_line_pass(text: str) -> str:
+    """The command-line, shortened-item and AWS-pair passes (each only when its literal occurs)."""
+    if "--" in text or " -" in text:
+        text = _OPTION_SECRET().sub(lambda m: m.group("label") + REDACTED, text)
+    if "-p" in text or "-u" in text or "-U" in text or "--" in text:
+        text = command_pass(text)
+    if "...'" in text or '..."' in text or "'..." in text or '"...' in text:
+        text = sub_spans(_SHORTENED_ITEM(), text, text, _shortened_repl)
+    if "AKIA" in text or "ASIA" in text:
+        text = aws_pair_pass(text)
+    return text
+
+
+# pytest shortens a long item of an assertion diff by cutting its head (``'...v2H4s9ZAs1kmrv'``),
+# label and prefix lost: a run of 12 or more token characters in such an item is redacted.
+_SHORTENED_ITEM = lazy(r"(?P<q>[\"'])\.\.\.(?P<body>[^\"'\n]{0,4096})(?P=q)")
 _TOKEN_RUN = lazy(r"[A-Za-z0-9+/=_\-]{12,}")
 
 
-def shortened_repl(m: re.Match[str], text: str) -> str:
+def _shortened_repl(m: re.Match[str], text: str) -> str:
     body = _TOKEN_RUN().sub(REDACTED, m.group("body"))
     return f"{m.group('q')}...{body}{m.group('q')}"
 
 
 # ('Authorization', 'Basic dXNlcjpwYXNz'): a header as a (name, value) tuple or list item,
 # also as ASGI writes it, in bytes: (b'cookie', b'session=...').
-TUPLE_HEADER = lazy(
+_TUPLE_HEADER = lazy(
     r"(?P<label>b?(?P<q>[\"'])(?:proxy-authorization|authorization|cookie|set-cookie"
     r"|[a-z0-9\-]{0,32}(?:api-?key|token|secret|password))"
     r"(?P=q)\s{0,4},\s{0,4}b?(?P<q2>[\"']))(?P<value>[^\"'\n]{1,4096})(?P=q2)"
 )
 #: Words one of which a header tuple's name holds (its pass runs only then).
-HEADER_WORDS = ("authorization", "cookie", "key", "token", "secret", "password")
+_HEADER_WORDS = ("authorization", "cookie", "key", "token", "secret", "password")
 
 
-def tuple_header_repl(m: re.Match[str], text: str) -> str:
+def _tuple_header_repl(m: re.Match[str], text: str) -> str:
     """Keep the header name (as written: ``m`` matched the folded text) and the quotes, hide the value."""
     return text[m.start():m.end("label")] + REDACTED + m.group("q2")
 
 
 # https%3A%2F%2Fuser%3Apass%40host: URL credentials inside a percent-encoded URL (a query value).
-ENCODED_URL = lazy(r"%3a%2f%2f(?P<user>[^%\s/@]{0,256})%3a(?P<value>[^\s/@&]{1,1024}?)%40")
+_ENCODED_URL = lazy(r"%3a%2f%2f(?P<user>[^%\s/@]{0,256})%3a(?P<value>[^\s/@&]{1,1024}?)%40")
 
 
-def encoded_url_repl(m: re.Match[str], text: str) -> str:
+def _encoded_url_repl(m: re.Match[str], text: str) -> str:
     """Keep the user, hide the password (as the plain URL pass does)."""
     start, end = m.span("value")
     return text[m.start():start] + "***" + text[end:m.end()]
 
 
-# URL credentials: ``scheme://user:password@host``, the password whatever its characters
-# (``/``, ``@``, ``:``, ``%``-escapes), or a long user-only token (https://<token>@host: at
-# least 20 characters with a digit and a letter, so not a user name). Anchored on "://" (the
-# scheme is left alone) so the scan has a literal prefix; where the userinfo ends is decided
-# by :func:`_userinfo_end`.
+# URL credentials: ``scheme://user:password@host``, the password whatever its characters, or a
+# long user-only token (``https://<token>@host``: 20+ characters with a digit and a letter).
+# Anchored on "://" so the scan has a literal prefix; :func:`_userinfo_end` finds the end.
 _URL = lazy(
     r"://(?:"
     r"(?P<user>\[REDACTED\]|[^\s:/@\[\]\"'<>]{0,256}):"
@@ -199,12 +203,9 @@ _PORT_THEN_PATH = lazy(r"[0-9]{0,5}[/?#]")
 
 
 def _userinfo_end(rest: str) -> int:
-    """The index of the ``@`` that ends the password in ``rest`` (what follows ``user:``), or -1.
-
-    The last ``@`` followed by a host, before the query of the first such host: a password
-    may hold ``@`` and ``/`` (``p@ss/w0rd@db/app``), a path may hold ``/@scope`` and a query
-    ``?email=a@b.com``. No ``@`` followed by a host: the last ``@`` (the safe direction).
-    """
+    """The index of the ``@`` that ends the password in ``rest`` (after ``user:``), or -1: the
+    last ``@`` followed by a host before the first such host's query (``p@ss/w0rd@db/app``,
+    ``?email=a@b.com``), else the last ``@`` (the safe direction)."""
     if "@" not in rest or _PORT_THEN_PATH().match(rest):
         return -1
     hosts: list[int] = []
@@ -247,8 +248,7 @@ def url_pass(text: str, secret_user: Callable[[str], bool]) -> str:
     return spliced(out, text, last)
 
 
-# Query parameters that carry a credential by their name: signed URLs (S3, GCS, Azure SAS,
-# CloudFront), API keys and tokens. Matched on the lower-cased text; the name is kept.
+# Query parameters that carry a credential by their name (signed URLs, API keys, tokens).
 QUERY_SECRET = lazy(
     r"(?P<label>[?&](?:amp;)?(?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)"
     r"|sig|signature|key|apikey|api[_-]key|(?:access|refresh|id|auth|private)?[_-]?token|client_secret|secret"
@@ -256,7 +256,7 @@ QUERY_SECRET = lazy(
 )
 
 
-def label_repl(m: re.Match[str], text: str) -> str:
+def _label_repl(m: re.Match[str], text: str) -> str:
     """The label as written (``m`` matched the folded text) and the marker."""
     return text[m.start("label") : m.end("label")] + REDACTED
 
@@ -264,19 +264,18 @@ def label_repl(m: re.Match[str], text: str) -> str:
 # Webhook URLs: the path is the secret. A host named hooks.* (Slack, Zapier), or a path
 # segment named webhook(s) (Discord's /api/webhooks/ID/TOKEN, Teams' webhookb2, any
 # …/webhook/<secret>); only inside a URL, so a source path src/webhook/x.py stays.
-WEBHOOK = lazy(
+_WEBHOOK = lazy(
     r"(?P<label>://(?:hooks\.(?!slack\.com/)[a-z0-9.\-]{1,253}(?::[0-9]{1,5})?"
     r"|[a-z0-9.\-]{1,253}(?::[0-9]{1,5})?(?:/[^\s/\"'<>?#]{1,256}){0,8}?/webhooks?[a-z0-9]{0,4})/)"
     r"(?P<value>[^\s\"'<>?#\\]+)"
 )
 # Slack's own, also without a scheme.
-SLACK_WEBHOOK = lazy(r"(?P<label>hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<value>[A-Za-z0-9/_\-]+)")
+_SLACK_WEBHOOK = lazy(r"(?P<label>hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<value>[A-Za-z0-9/_\-]+)")
 
 
 def written_forms(values: Iterable[str]) -> set[str]:
-    """The forms an env secret takes when written out: as is, JSON- and repr-escaped (a
-    backslash or a quote doubled), and base64 (standard and URL-safe, with and without
-    padding). Each is hidden like the value itself."""
+    """The forms an env secret takes when written out: as is, JSON- and repr-escaped, and
+    base64 (standard and URL-safe, with and without padding)."""
     forms: set[str] = set()
     for value in values:
         forms.add(value)
@@ -288,3 +287,23 @@ def written_forms(values: Iterable[str]) -> set[str]:
             text = encoded.decode("ascii")
             forms.update((text, text.rstrip("=")))
     return {form for form in forms if len(form) >= 4}
+
+
+def url_and_header_pass(text: str, folded: str, secret_user: Callable[[str], bool]) -> str:
+    """The netrc, query, URL, header tuple and webhook passes; ``folded``: ``text`` lower-cased
+    before the labels pass (the literals it holds decide which passes run)."""
+    if "password" in folded:
+        text = sub_spans(_NETRC(), lower_same_length(text), text, _label_repl)
+    if "=" in text and ("?" in text or "&" in text):
+        text = sub_spans(QUERY_SECRET(), lower_same_length(text), text, _label_repl)
+    if "://" in text and "@" in text:
+        text = url_pass(text, secret_user)
+    if "%3a%2f%2f" in folded:
+        text = sub_spans(_ENCODED_URL(), lower_same_length(text), text, _encoded_url_repl)
+    if "," in text and any(word in folded for word in _HEADER_WORDS):
+        text = sub_spans(_TUPLE_HEADER(), lower_same_length(text), text, _tuple_header_repl)
+    if "hook" in folded:
+        text = sub_spans(_SLACK_WEBHOOK(), text, text, _label_repl)
+        if "://" in text:
+            text = sub_spans(_WEBHOOK(), lower_same_length(text), text, _label_repl)
+    return text

@@ -1,12 +1,10 @@
-"""Secrets found by their own shape (part of the ``redact`` package): token formats with a
-literal prefix, and PEM private key blocks, whole or cut (pure).
+"""Secrets found by their own shape: token formats with a literal prefix, and PEM private
+key blocks, whole or cut (pure).
 
-A value split by a line break is still a value. A token format's repetition also crosses a
-line break that sits between two of its characters; what the next line adds is kept in the
-match only when it can be the rest of the value: up to the format's fixed length
-(``ghp_`` + 36), or, for a format of no fixed length, a next line that holds nothing else
-(a wrapped value ends its line, or is closed by a quote or a bracket). A word that starts
-the next line is never taken for the end of a token that ends its own.
+A token may be wrapped over lines: what the next line adds is kept only when it can be the
+rest of the value, up to the format's fixed length (``ghp_`` + 36) or, for a format of no
+fixed length, a next line that holds nothing else (it ends its line, or a quote or bracket
+closes it). A word that starts the next line is never taken for the end of a token.
 """
 
 from __future__ import annotations
@@ -30,10 +28,9 @@ def _wrapping(cls: str, low: int, high: int) -> str:
 
 
 class TokenKind:
-    """A token format: its literal needles (its pass is skipped unless one occurs), its regex
-    (``head`` and a run of ``[cls]{low,high}`` that may wrap, or ``regex`` whole), and for a
-    format of fixed length that length and its prefix's. (A plain class: a NamedTuple costs
-    every capture its creation at import.)"""
+    """A token format: its literal needles (its pass runs only when one occurs), its regex
+    (``head`` and a run of ``[cls]{low,high}`` that may wrap, or ``regex`` whole), and a
+    fixed length and its prefix's. (A plain class: a NamedTuple costs every capture at import.)"""
 
     __slots__ = ("fixed", "kind", "needles", "prefix", "regex")
 
@@ -81,8 +78,7 @@ _BREAK = lazy(r"\r?\n")
 
 
 def _kept_end(kind: TokenKind, text: str, start: int, end: int) -> int:
-    """Where a match that crossed line breaks ends: its first line always, a continuation
-    only as far as it can be the rest of the value (module docstring)."""
+    """Where a match that crossed line breaks ends (module docstring)."""
     breaks = list(_BREAK().finditer(text, start, end))
     if kind.kind == "jwt":
         # The header and payload are delimited: only the signature's own lines are in doubt.
@@ -110,7 +106,7 @@ def _kept_end(kind: TokenKind, text: str, start: int, end: int) -> int:
 
 
 def token_pass(text: str) -> str:
-    """Every token format replaced with the marker (each pass only when its needle occurs)."""
+    """Every token format replaced with the marker, once per line it spans."""
     for kind, regex in _TOKEN_PASSES:
         if not any(n in text for n in kind.needles):
             continue
@@ -126,7 +122,7 @@ def token_pass(text: str) -> str:
                     pos = start + 1
                     continue
             out.append(text[last:start])
-            out.append(_marked(text[start:end]))
+            out.append("".join(REDACTED + sep for sep in _BREAK().findall(text, start, end)) + REDACTED)
             last = pos = end
         text = spliced(out, text, last)
     return text
@@ -137,9 +133,8 @@ _JWT_HEADER = lazy(r"eyJ" + _wrapping(_B64URL, 0, 8192))
 
 
 def _next(kind: TokenKind, regex: re.Pattern[str], text: str, pos: int) -> Optional[re.Match[str]]:
-    """The next match from ``pos``. A JWT is looked for at each "eyJ" and, where none starts,
-    not again before its header's run ends: every "eyJ" inside the run ends at the same
-    place, and fails there alike (``("eyJ" + "a\\n") * N`` stays linear)."""
+    """The next match from ``pos``. A JWT not starting at an "eyJ" is not looked for again
+    inside its header's run: every "eyJ" there fails alike (``("eyJ" + "a\\n") * N`` stays linear)."""
     if kind.kind != "jwt":
         return regex.search(text, pos)
     while (at := text.find("eyJ", pos)) != -1:
@@ -149,11 +144,6 @@ def _next(kind: TokenKind, regex: re.Pattern[str], text: str, pos: int) -> Optio
         run = _JWT_HEADER().match(text, at)
         pos = run.end() if run is not None else at + 3
     return None
-
-
-def _marked(value: str) -> str:
-    """The marker for ``value``, once per line it spans (the line breaks stay)."""
-    return "".join(REDACTED + sep for sep in _BREAK().findall(value)) + REDACTED
 
 
 # PEM private key blocks, multi-line. The body is the PEM alphabet (base64, whitespace, the
@@ -187,8 +177,8 @@ def _pem_repl(m: re.Match[str]) -> str:
 
 
 def _cut_body_start(text: str, end_at: int) -> Optional[tuple[int, str]]:
-    """Where the body of a block whose BEGIN line is gone starts, before its END line at
-    ``end_at``, and the line break it uses; None when no body line precedes it."""
+    """Where the body of a block whose BEGIN line is gone starts (its END line at ``end_at``),
+    and its line break; None when no body line precedes it."""
     escaped = _ESCAPED_NEWLINE().search(text, max(0, end_at - 8), end_at)
     if escaped is not None and escaped.end() == end_at:
         sep = escaped.group(0)
@@ -215,8 +205,7 @@ def _cut_body_start(text: str, end_at: int) -> Optional[tuple[int, str]]:
 
 
 def pem_pass(text: str) -> str:
-    """PEM private key blocks: the body between BEGIN and END becomes the marker; so does
-    the body before an END line whose BEGIN was cut off (a log tail)."""
+    """PEM private key blocks' bodies replaced, also before an END line whose BEGIN was cut off."""
     if "-----BEGIN" in text:
         text = _PEM().sub(_pem_repl, text)
     if "-----END" not in text:

@@ -8,11 +8,17 @@ from collections.abc import Sequence
 from typing import Optional
 
 from pytest_selfheal.history.triage import QuarantineEntry, matching_entry
-from pytest_selfheal.junit.reruns import FAILED, PASSED, SKIPPED, FailedRun, RerunCase
+from pytest_selfheal.junit.reruns import FailedRun, RerunCase
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Failure, Incident
-from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING, OUTCOME_PASSED, OUTCOME_SKIPPED
+from pytest_selfheal.records.models import (
+    FAILING_OUTCOMES,
+    OUTCOME_FAILED,
+    OUTCOME_MISSING,
+    OUTCOME_PASSED,
+    OUTCOME_SKIPPED,
+)
 
 
 def _failed_run(failure: Failure) -> FailedRun:
@@ -52,14 +58,14 @@ def rerun_cases(
     cases = []
     for nodeid in dict.fromkeys(order):
         outcome = latest.get(nodeid, "failed")
-        final = FAILED if outcome in FAILING_OUTCOMES else SKIPPED if outcome == OUTCOME_SKIPPED else PASSED
+        final = OUTCOME_FAILED if outcome in FAILING_OUTCOMES else OUTCOME_SKIPPED if outcome == OUTCOME_SKIPPED else OUTCOME_PASSED
         entry: Optional[QuarantineEntry] = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprints[nodeid])
         cases.append(RerunCase(
             nodeid=nodeid, outcome=final, failed_runs=tuple(runs[nodeid]),
             flaky=nodeid in flaky and outcome == OUTCOME_PASSED,
-            quarantine_reason=entry.reason if entry is not None and final == FAILED else None,
+            quarantine_reason=entry.reason if entry is not None and final == OUTCOME_FAILED else None,
         ))
     # The tests the captured run itself passed on a re-run (a re-run plugin): flaky from the start.
-    cases += [RerunCase(nodeid=nodeid, outcome=PASSED, failed_runs=(_failed_run(failure),), flaky=True)
+    cases += [RerunCase(nodeid=nodeid, outcome=OUTCOME_PASSED, failed_runs=(_failed_run(failure),), flaky=True)
               for failure in incident.passed_on_rerun if (nodeid := failure.nodeid or failure.test) not in runs]
     return cases
