@@ -74,8 +74,7 @@ _NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
 
 
 def _failure_entry(failure: Failure) -> Failure:
-    """The failure as an attempt records it: without its target paths, the capture's
-    grouping evidence and its triage (carried from the incident), which are the incident's."""
+    """The failure as an attempt records it: target paths, grouping evidence and triage are the incident's."""
     keys = tuple(k for k in failure.keys or CAPTURED_KEYS if k not in _NOT_AN_ATTEMPTS)
     return dataclasses.replace(failure, target_paths=(), root_cause=None, triage=None, keys=keys)
 
@@ -271,13 +270,6 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
                                 [*(f"selfheal: warning: {w}" for w in history_warnings), line, *notes])
 
 
-def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:
-    _, run = split_runs(attempts, reopened)
-    if not run:
-        return 0.0
-    return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
-
-
 def _redact_config(redactor: Any, value: Any) -> Any:
     """Redact a config value; in argv lists (``repair.command``) a word following a flag is
     checked as ``--flag=word`` too, so ``["agent", "--token", "abc123"]`` loses its secret."""
@@ -304,13 +296,16 @@ def build_run_result(incident_id: str, decision: Decision, *, observations: Sequ
     final = policy.final_status_of(decision.stop_reason)
     archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     proposed = any(attempt.repair is not None and attempt.repair.patch for attempt in attempts)
+    this_run = split_runs(attempts, reopened)[1]
+    runtime = minutes_between(parse_stamp(this_run[0].started_at), parse_stamp(this_run[-1].finished_at)) \
+        if this_run else 0.0
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id,
                                     failure_signature=failure_signature, patch_proposed=proposed)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
-        "runtime_minutes": _run_runtime_minutes(attempts, reopened),
+        "runtime_minutes": round(runtime, 3),
         "same_error_repeats": decision.same_error_repeats,
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
@@ -333,9 +328,7 @@ def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
     """Close the loop for ``decision`` (a stop): archive it, or replan, or (``cancelled``,
     ``disabled``) only log the stop, leaving the incident open. Idempotent: every step checks
     what is already done, so a resume after a kill completes it without duplicates."""
-    if not decision.stopped or decision.stop_reason is None:
-        raise ValueError("finalize() needs a decision that stops the loop")
-    reason = decision.stop_reason
+    reason = str(decision.stop_reason)
     pol = policy.LoopPolicy.from_settings(effective.settings)
     store, incident_id = run.store, run.incident_id
     with store.lock():
@@ -354,11 +347,10 @@ def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
             run.append_event(ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
                              message=decision.message)
             return result
+        existing = run.run_result
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
-            existing = run.run_result
             return LoopResult.from_json(existing.to_json(), RUN_RESULT_JSON) if existing is not None else result
-        existing = run.run_result
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             run.write_run_result(RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")

@@ -7,8 +7,6 @@ from collections.abc import Callable, Collection, Sequence
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
-    ACTION_CONTINUE,
-    ACTION_STOP,
     HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
@@ -18,7 +16,6 @@ from pytest_selfheal.loop.policy import (
     Observation,
     decision,
     failing_tests,
-    final_status_of,
     is_evidence,
     is_no_fix,
     is_success,
@@ -114,12 +111,10 @@ def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_m
             message += (" Every test still failing is known flaky in the failure history ("
                         + first_few(sorted(failing_tests(cur))) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")
-        return decision(
-            ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
-        )
+        return decision(progress, reason, message, iteration, same, streak, conditions=conditions)
     retry = timeouts == 1
-    return decision(ACTION_CONTINUE, None, None, progress, same, streak, retry,
-                    continue_message(policy, observations, iteration, progress, retry, no_fixes), iteration, ())
+    return decision(progress, None, continue_message(policy, observations, iteration, progress, retry, no_fixes),
+                    iteration, same, streak, retry)
 
 
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:

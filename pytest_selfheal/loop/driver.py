@@ -33,7 +33,7 @@ from pytest_selfheal.loop.attempts import (
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
+from pytest_selfheal.loop.messages import command_shown, every_key, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
@@ -142,7 +142,7 @@ def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: E
             point = DecisionPoint(
                 reason="verification_command_refused", message=exc.message, options=options,
                 context=DecisionContext(keys=("command",), extra=(("command", command),)),
-                keys=("reason", "message", "options", "context"),
+                keys=every_key(DecisionPoint),
             )
             run.append_event(ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message,
                              decision_point=point.to_json())

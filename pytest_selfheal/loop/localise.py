@@ -25,7 +25,7 @@ from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import passing_spectrum_of
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, trusted_options, verify_dir_prefix
+from pytest_selfheal.loop.verify import check_command, run_selection, runner, trusted_options, verify_dir_prefix
 from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
@@ -131,7 +131,7 @@ def localise(
     # Without plugin autoload the run loads the plugin itself (with it, by its module name
     # twice over would be an error).
     plugin = ["-p", PLUGIN_MODULE] if child.get(_NO_AUTOLOAD) else []
-    argv = argvs[0][: runner_length(argvs[0])] + ["-q", *plugin, *files, *trusted]
+    argv = argvs[0][: runner(argvs[0])[1]] + ["-q", *plugin, *files, *trusted]
     try:
         check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root, trusted=trusted)
     except RefusedError as exc:

@@ -26,8 +26,6 @@ from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, 
 from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
 from pytest_selfheal.records.vocab import FIRST_FEW, FinalStatus, Line, StopReason, first_few
 
-# --------------------------------------------------------------------------- decision sentences
-
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -99,8 +97,6 @@ def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation
     gone = first not in evidence[-1].fingerprint_set
     return f"; not the capture's first failure ({first}), which {'no longer fails' if gone else 'fails too'}"
 
-
-# --------------------------------------------------------------------------- stop artefacts
 
 def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[str] = None) -> str:
     """What to do after this stop reason, with commands that work as printed."""
@@ -180,21 +176,19 @@ def decision_point(decision: Decision, observations: Sequence[Observation], poli
                     for oid, label, command in table)
     context = DecisionContext(
         iteration=decision.iteration, remaining=max(0, policy.max_iterations - decision.iteration),
-        failure_signature=failure_signature, keys=_CONTEXT_KEYS,
+        failure_signature=failure_signature, keys=every_key(DecisionContext),
         fingerprint=next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None))
     return DecisionPoint(reason=decision.stop_reason, message=decision.message, options=options, context=context,
-                         keys=_POINT_KEYS)
+                         keys=every_key(DecisionPoint))
 
 
 def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
-    return DecisionOption(id=oid, label=label, command=command, keys=_OPTION_KEYS)
+    return DecisionOption(id=oid, label=label, command=command, keys=every_key(DecisionOption))
 
 
-# Every key of each record written, in its order (a null stays null).
-_POINT_KEYS = ("reason", "message", "options", "context")
-_OPTION_KEYS = ("id", "label", "command")
-_CONTEXT_KEYS = ("iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles")
-_HANDOFF_KEYS = tuple(f.key for f in fields_of(Handoff))
+def every_key(record: type) -> tuple[str, ...]:
+    """Every key of a record, in its order: what a record written here writes (a null stays null)."""
+    return tuple(f.key for f in fields_of(record))
 
 
 def handoff(
@@ -210,7 +204,7 @@ def handoff(
         fixed=tuple(fixed_tests(observations)),
         flaky_tests=tuple(flaky_tests(observations)),
         recommended_next_action=recommended_next_action(decision.stop_reason, incident_id),
-        keys=_HANDOFF_KEYS,
+        keys=every_key(Handoff),
     )
 
 
@@ -238,8 +232,6 @@ def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]
         return line
     return Line(f"{line} ({first_few(changed)} changed since the capture)", stop_tone(stop_reason))
 
-
-# --------------------------------------------------------------------------- tests without a verdict
 
 # A selected test that ran to no verdict, by outcome: how every surface names it.
 UNVERIFIED: tuple[tuple[str, str], ...] = (

@@ -37,7 +37,6 @@ from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store.root import Store
 
 AFFECTED = "affected"
-FULL = "full"
 OFF = "off"
 
 # Directories never searched for project modules: tools', environments', build output.
@@ -84,13 +83,10 @@ class RegressionCheck:
         notes += list(self.intermittent[:3])
         return f"the regression check ran {self.ran} test(s) ({scope})" + "".join(f"; {n}" for n in notes)
 
-
-
 def _broke(fixed: Sequence[str], broken: Sequence[str]) -> str:
     # Bounded for one line (the attempt and the report keep them all).
-    def named(nodeids: Sequence[str]) -> str:
-        return first_few([f"`{short_name(n)}`" for n in nodeids])
-    return (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(broken)}"
+    fixed_text = f"fixed {first_few([f'`{short_name(n)}`' for n in fixed])}; " if fixed else "the selection passes; "
+    return fixed_text + f"broke {first_few([f'`{short_name(n)}`' for n in broken])}"
 
 
 def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
@@ -116,8 +112,7 @@ def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionChe
 
 
 def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
-    """The files below ``tree`` that differ from ``commit``, untracked ones included; None
-    when git cannot say."""
+    """The files below ``tree`` that differ from ``commit``, untracked included; None when git cannot say."""
     if not commit:
         return None
     try:
@@ -132,13 +127,9 @@ def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
                    and not any(part.startswith(".") or part == "__pycache__" for part in n.split("/")[:-1])})
 
 
-def _module_names(rel: str) -> list[str]:
-    """Every dotted name ``rel`` may be imported as: ``src/pkg/mod.py`` → ``src.pkg.mod``,
-    ``pkg.mod``, ``mod`` (a src layout, a rootdir on ``sys.path``, pytest's rootdir insertion)."""
+def _module_parts(rel: str) -> list[str]:
     parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return [".".join(parts[i:]) for i in range(len(parts))]
+    return parts[:-1] if parts[-1] == "__init__" else parts
 
 
 @dataclass(frozen=True)
@@ -147,19 +138,19 @@ class _Refs:
 
     names: set[str]
     words: set[str]  # dotted words of its strings
-    dynamic: bool  # imports by a computed name
-    acts_on_tests: bool  # defines fixtures or ``pytest_*`` hooks: acts on tests that do not import it
-    patches: bool  # assigns to another module's attribute: acts on code that never imports it
+    unknown: bool  # does not parse, or imports by a computed name: may reach anything
+    acts_on_tests: bool = False  # defines fixtures or ``pytest_*`` hooks: acts on tests that do not import it
+    patches: bool = False  # assigns to another module's attribute: acts on code that never imports it
 
 
-def _imports(rel: str, source: bytes) -> Optional[_Refs]:
-    """The names a module refers to; None when it does not parse. A dotted word of a string
-    counts too (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by
-    name in more ways than ``import``."""
+def _imports(rel: str, root: Path) -> _Refs:
+    """The names a module refers to. A dotted word of a string counts too
+    (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by name in more
+    ways than ``import``."""
     try:
-        tree = ast.parse(source, rel)
-    except (SyntaxError, ValueError):
-        return None
+        tree = ast.parse((root / rel).read_bytes(), rel)
+    except (OSError, SyntaxError, ValueError):
+        return _Refs(set(), set(), True)
     names: set[str] = set()
     words: set[str] = set()
     bound: set[str] = set()  # the names its imports bind
@@ -211,9 +202,7 @@ def _called(func: ast.expr) -> str:
 def _whole_name(root: Path, rel: str) -> str:
     """``rel``'s dotted name from its top package (the first folder up that is no package):
     ``src/shop/cart.py`` → ``shop.cart``, ``calc.py`` → ``calc``."""
-    parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
+    parts = _module_parts(rel)
     top = len(parts) - 1
     while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
         top -= 1
@@ -251,36 +240,24 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
             code.append(rel)
     if not code:
         return []
+    # Every dotted name a module may be imported as (``src/pkg/mod.py``: ``src.pkg.mod``, ``pkg.mod``,
+    # ``mod``), and its name from its top package: what a string names.
     by_name: dict[str, set[str]] = {}
-    by_whole_name: dict[str, set[str]] = {}  # the name from its top package: what a string names
-    graph: dict[str, set[str]] = {}
-    unknown: set[str] = set()  # does not parse, or imports by a computed name
-    acting: set[str] = set()  # defines fixtures or hooks
-    patching: set[str] = set()  # assigns to another module's attributes
-    strings: dict[str, set[str]] = {}
+    by_whole_name: dict[str, set[str]] = {}
+    graph: dict[str, _Refs] = {}
     for rel in (f for f in project_files(root, skip) if f.endswith(".py")):
-        for name in _module_names(rel):
-            by_name.setdefault(name, set()).add(rel)
+        parts = _module_parts(rel)
+        for i in range(len(parts)):
+            by_name.setdefault(".".join(parts[i:]), set()).add(rel)
         by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)
-        try:
-            found = _imports(rel, (root / rel).read_bytes())
-        except OSError:
-            found = None
-        if found is None or found.dynamic:
-            unknown.add(rel)
-        if found is not None and found.acts_on_tests:
-            acting.add(rel)
-        if found is not None and found.patches:
-            patching.add(rel)
-        graph[rel] = set() if found is None else found.names
-        strings[rel] = set() if found is None else found.words
-    edges = {rel: ({f for name in names for f in by_name.get(name, ())}
-                   | {f for word in strings[rel] for f in by_whole_name.get(word, ())}) - {rel}
-             for rel, names in graph.items()}
+        graph[rel] = _imports(rel, root)
+    edges = {rel: ({f for name in refs.names for f in by_name.get(name, ())}
+                   | {f for word in refs.words for f in by_whole_name.get(word, ())}) - {rel}
+             for rel, refs in graph.items()}
     imported = {f for targets in edges.values() for f in targets}
     if any(rel not in imported and not is_test_file(rel) for rel in code):
         return None  # nothing imports it by name: a plugin, a script, an import at run time
-    if any(rel in patching for rel in code):
+    if any(rel in graph and graph[rel].patches for rel in code):
         return None  # it changes other modules (``json.loads = …``): any test in the process
     # Reverse reachability: who imports (transitively) a changed module, or a module of unknown imports.
     importers: dict[str, set[str]] = {}
@@ -288,7 +265,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
         for target in targets:
             importers.setdefault(target, set()).add(rel)
     reached: set[str] = set()
-    todo = [*code, *unknown]
+    todo = [*code, *(rel for rel, refs in graph.items() if refs.unknown)]
     while todo:
         rel = todo.pop()
         if rel in reached:
@@ -305,7 +282,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
         folder, _, name = rel.rpartition("/")
         if name in ("conftest.py", "__init__.py"):
             below.append(f"{folder}/" if folder else "")
-        elif rel in acting:
+        elif rel in graph and graph[rel].acts_on_tests:
             return None
     return sorted(rel for rel in graph if (rel in reached or any(rel.startswith(b) for b in below))
                   and is_test_file(rel) and (root / rel).is_file())

@@ -101,8 +101,6 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
     return reseal(incident.seal, root, judging=judging_values(effective))
 
 
-# --------------------------------------------------------------------------- a new seal is a capture's trust
-
 # Folders whose files never take part in a test run of the project: tools', caches, environments.
 _NOT_THE_PROJECT = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 

@@ -223,8 +223,6 @@ def match_stopped(
     return matches, rest
 
 
-
-
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     """The parseable status line of an already-stopped run (:func:`parse_already_stopped`
     reads it back); ``max_iterations``: today's, when the stopped run did not record its own."""
@@ -238,7 +236,6 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{held} already stopped ({stopped.stop_reason}), {why} "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
-
 
 
 NO_VERDICT = "this run reaches no verdict on it"

@@ -80,9 +80,6 @@ def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]
     return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
-# --------------------------------------------------------------------------- allowlist
-
-
 def _basename(executable: str) -> str:
     name = executable.replace("\\", "/").rsplit("/", 1)[-1]
     return name[:-4] if name.lower().endswith(".exe") else name
@@ -94,7 +91,7 @@ def _is_python(name: str) -> bool:
     return base in _PYTHON_NAMES or (base.startswith("python") and base[6:].replace(".", "").isdigit())
 
 
-def _runner(argv: Sequence[str]) -> tuple[str, int]:
+def runner(argv: Sequence[str]) -> tuple[str, int]:
     """The name the allowlist checks (``python -m <module>`` → the module, else the
     executable's basename) and how many words name it (3, 2 for ``python -mpytest``, or 1)."""
     head = _basename(argv[0]) if argv else ""
@@ -103,14 +100,6 @@ def _runner(argv: Sequence[str]) -> tuple[str, int]:
     if _is_python(head) and len(argv) >= 2 and argv[1].startswith("-m") and len(argv[1]) > 2:
         return argv[1][2:], 2
     return head, 1
-
-
-def runner_name(argv: Sequence[str]) -> str:
-    return _runner(argv)[0]
-
-
-def runner_length(argv: Sequence[str]) -> int:
-    return _runner(argv)[1]
 
 
 def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWLIST) -> None:
@@ -136,7 +125,7 @@ def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWL
         raise RefusedError(
             f"refusing verification command {shown!r}: the executable must be a bare allowlisted name, not a path"
         )
-    name = runner_name(argv)
+    name = runner(argv)[0]
     if name not in allowlist:
         allowed = ", ".join(allowlist) or "nothing"
         raise RefusedError(
@@ -155,27 +144,23 @@ def check_command(argv: Sequence[str], *, allowlist: Sequence[str] = DEFAULT_ALL
     """THE check of a verification command, for every surface: an allowlisted runner and
     allowlisted arguments (:mod:`.argcheck`); ``RefusedError`` (exit 5) otherwise."""
     check_allowed(argv, allowlist)
-    check_arguments(argv[runner_length(argv):], root=root, trusted=trusted,
-                    pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
+    name, length = runner(argv)
+    check_arguments(argv[length:], root=root, trusted=trusted, pytest_runner=name in PYTEST_RUNNERS, shown=_shown(argv))
 
 
 def resolve_argv(argv: Sequence[str]) -> list[str]:
-    """``python`` (a bare interpreter name) → ``sys.executable``, which has the project's
-    pytest and this plugin installed."""
+    """A bare ``python`` → ``sys.executable``, which has the project's pytest and this plugin installed."""
     out = list(argv)
     if out and "/" not in out[0] and "\\" not in out[0] and _is_python(_basename(out[0])):
         out[0] = sys.executable
     return out
 
 
-# --------------------------------------------------------------------------- running
-
-
 def selection_words(argv: Sequence[str]) -> tuple[int, int]:
     """The ``[start, end)`` range of a pytest command's selection words: after the runner and
     its value-less flags, up to the first option (no option can read them as its value)."""
-    start = runner_length(argv)
-    if runner_name(argv) not in PYTEST_RUNNERS:
+    name, start = runner(argv)
+    if name not in PYTEST_RUNNERS:
         return start, start
     while start < len(argv) and argv[start] in SAFE_FLAGS:
         start += 1
@@ -197,8 +182,7 @@ def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
 
 
 class Verifier(Protocol):
-    """Runs one verification command with its junit XML at ``junit_path``
-    (:func:`run_selection` in production; all a test needs to fake a run)."""
+    """Runs one verification command, its junit at ``junit_path`` (:func:`run_selection`; what a test fakes)."""
 
     def __call__(self, argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
@@ -219,7 +203,7 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
     start = cwd
     if invocation_dir is not None and Path(invocation_dir).resolve() != Path(cwd).resolve():
         start = Path(invocation_dir)
-        argv = from_invocation_dir(argv, Path(cwd), start, skip=runner_length(argv))
+        argv = from_invocation_dir(argv, Path(cwd), start, skip=runner(argv)[1])
     if selection_file is not None:
         argv = through_selection_file(argv, selection_file)
     full = resolve_argv(argv) + [f"--rootdir={cwd}", f"--junitxml={junit_path}"]
@@ -236,8 +220,6 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
         full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path
     )
 
-
-# --------------------------------------------------------------------------- scratch folders
 
 # A verification's junit and raw (unredacted) output live in a temp folder named after the
 # loop's pid, so that the next loop can tell one a SIGKILL left behind from a live one.
@@ -259,8 +241,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
-    """Remove the verification temp folders a killed loop left: only ours (a real folder
-    owned by our user) whose pid is dead. Returns what was removed; never raises."""
+    """Remove the verification temp folders a killed loop left (a real folder, our user's, its pid dead)."""
     removed: list[Path] = []
     uid = getattr(os, "getuid", lambda: None)()
     for path in Path(tempfile.gettempdir() if tmp is None else tmp).glob(f"{VERIFY_DIR_PREFIX}*"):
@@ -274,9 +255,6 @@ def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-# --------------------------------------------------------------------------- observing
 
 
 def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCaseResult]:
