@@ -126,11 +126,8 @@ def _record_history(run: LoopRun, observations: Sequence[policy.Observation], fa
     incident_id, incident = run.incident_id, run.incident
     *attempts, written = run.attempts
     iteration = written.iteration
-    fingerprints: dict[str, str] = {}
-    for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
-        for failure in failures_seen:
-            if (failure.nodeid or failure.test) and failure.fingerprint:
-                fingerprints[failure.nodeid or failure.test] = failure.fingerprint
+    fingerprints = {f.nodeid or f.test: f.fingerprint for seen in [incident.failures, *(a.failures for a in attempts)]
+                    for f in seen if (f.nodeid or f.test) and f.fingerprint}
     current = observations[-1]
     previous = observations[:-1]
     newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
@@ -190,11 +187,9 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
                                             "message": AGENT_UNCHANGED}, "repair")
         edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.observed(
-            len(previous), dict(outcomes), failures, diff_hash, timed_out=timed_out,
-            repair_result=(repair.result or None) if repair is not None else None,
-            scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=tuple(edited), harness_changed=tuple(harness_changed),
-            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
+            len(previous), dict(outcomes), failures, diff_hash, repair, timed_out=timed_out,
+            scope_denied=bool(repair is not None and repair.scope_denied), tests_edited=tuple(edited),
+            harness_changed=tuple(harness_changed),
             # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.
             regressions=(regression.broken if regression is not None
                          else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()))
@@ -386,9 +381,7 @@ def _replan(run: LoopRun, last: int) -> None:
         return  # planned already: the replan completed before a kill
     plan = run.require_plan()
     if plan.replanned_at_iteration != last:
-        attempts = run.attempts
-        _, this_run = split_runs(attempts[:-1], run.reopened) if attempts else (None, [])
-        run_attempts = list(this_run) + ([attempts[-1]] if attempts else [])
+        run_attempts = [*split_runs(run.attempts[:-1], run.reopened)[1], *run.attempts[-1:]]
         plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
         run.write_plan(plan, render_plan_md(plan))
     kill_point("finalize:after_replan_written")

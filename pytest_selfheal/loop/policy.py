@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pytest_selfheal.config.keys import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt, Decision
+from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
@@ -421,10 +421,13 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
 
 
 def observed(iteration: int, outcomes: Mapping[str, str], failures: Sequence[Failure], diff_hash: Optional[str],
-              **more: Any) -> Observation:
+             repair: Optional[RepairBlock] = None, **more: Any) -> Observation:
+    """What a run saw, with its repair call's verdict (None: no provider) and whether the provider escaped."""
     return Observation(iteration, outcomes, tuple(f.fingerprint for f in failures),
                        tuple(f.failure_type or "UNKNOWN" for f in failures), diff_hash,
-                       environment=environment_of(failures), **more)
+                       environment=environment_of(failures),
+                       repair_result=(repair.result or None) if repair is not None else None,
+                       provider_escaped=repair is not None and bool(repair.get_extra(StopReason.PROVIDER_ESCAPED)), **more)
 
 
 def environment_of(failures: Sequence[Failure]) -> Optional[str]:
@@ -442,13 +445,11 @@ def observation_from_attempt(attempt: Attempt) -> Observation:
     for index, failure in enumerate(attempt.failures):
         if not failure.fingerprint:
             raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")
-    repair = attempt.repair
     try:
         return observed(
-            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash,
-            timed_out=bool(attempt.timed_out), repair_result=(repair.result or None) if repair is not None else None,
-            scope_denied=bool(attempt.scope_denied), tests_edited=tuple(attempt.tests_edited),
-            harness_changed=tuple(attempt.harness_changed), regressions=tuple(attempt.regressions),
-            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)))
+            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash, attempt.repair,
+            timed_out=bool(attempt.timed_out), scope_denied=bool(attempt.scope_denied),
+            tests_edited=tuple(attempt.tests_edited), harness_changed=tuple(attempt.harness_changed),
+            regressions=tuple(attempt.regressions))
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -267,17 +267,10 @@ def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCas
 
 def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
     """The node id of a junit identity ``classname::name``, a ``junit_prefix`` tolerated."""
-    if test in by_identity:
-        return by_identity[test]
-    classname, sep, name = test.rpartition("::")
-    if not sep:
-        return None
+    classname, _, name = test.rpartition("::")
     parts = classname.split(".")
-    for i in range(1, len(parts)):
-        candidate = ".".join(parts[i:]) + "::" + name
-        if candidate in by_identity:
-            return by_identity[candidate]
-    return None
+    candidates = [test, *(".".join(parts[i:]) + "::" + name for i in range(1, len(parts)))]
+    return next((by_identity[c] for c in candidates if c in by_identity), None)
 
 
 def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> str:
