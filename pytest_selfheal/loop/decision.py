@@ -4,6 +4,7 @@ their precedence are in ``docs/loop.md``: keep the two in step)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from itertools import takewhile
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
@@ -118,9 +119,4 @@ def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_m
 
 
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
-    count = 0
-    for obs in reversed(observations):
-        if not predicate(obs):
-            break
-        count += 1
-    return count
+    return len(list(takewhile(predicate, reversed(observations))))

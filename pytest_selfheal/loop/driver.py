@@ -121,8 +121,7 @@ def _plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> l
 
 def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: EffectiveConfig,
                    project_root: Path) -> None:
-    """Every command through :func:`check_command` before the first runs; a refused one is
-    logged (one ``decision_point_needed``: nothing ran) and raised."""
+    """:func:`check_command` on every command before the first runs; a refusal is logged (nothing ran) and raised."""
     trusted = trusted_options(run.incident, effective)
     incident_id = run.incident_id
     for argv in argvs:
@@ -403,8 +402,7 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
 def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
                      env: Optional[Mapping[str, str]] = None, hook_rules: Sequence[Rule] = (),
                      verifier: Verifier = run_selection) -> IterationOutcome:
-    """Run ONE iteration now, without the loop lock, signal handling or pre-checks (for
-    embedding: benchmarks); :func:`run_loop` is the full driver."""
+    """ONE iteration now, without the loop lock, signal handling or pre-checks (for embedding: benchmarks)."""
     run = LoopRun.resume(store, incident_id)
     plan = run.require_plan()
     incident = run.incident

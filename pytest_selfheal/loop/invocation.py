@@ -25,8 +25,7 @@ def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
 
 
 def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> list[str]:
-    """``argv`` with every word after the first ``skip`` that names a path under ``rootdir``
-    made relative to ``start``."""
+    """``argv`` with every word after the first ``skip`` naming a path under ``rootdir`` relative to ``start``."""
     out = list(argv)
     for index in range(skip, len(out)):
         word = out[index]

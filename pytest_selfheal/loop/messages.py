@@ -63,7 +63,6 @@ def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observa
     no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
     values = {
         "iteration": iteration,
-        "max_iterations": policy.max_iterations,
         "all_iterations": plural(policy.max_iterations, "iteration"),
         "same": same,
         "streak": streak,
@@ -106,8 +105,7 @@ def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[st
 
 
 def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
-    """What to do once a repair changed something (never "nothing to do"), or None: the stop
-    reason's own action fits."""
+    """What to do once a repair changed something, or None: the stop reason's own action fits."""
     if repair is None or not repair.final_patch:
         return None
     files = first_few(repair.files_changed)
@@ -127,8 +125,7 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
 
 
 def command_shown(argv: Sequence[str], limit: int = FIRST_FEW) -> str:
-    """A verification command as its ``running`` line shows it: its first few test ids and a
-    count of the rest (the attempt records the whole command)."""
+    """A command as its ``running`` line shows it: its first few test ids and a count of the rest."""
     ids = [i for i, arg in enumerate(argv) if "::" in arg and not arg.startswith("-")]
     hidden = set(ids[limit:])
     words = [shlex.quote(arg) for i, arg in enumerate(argv) if i not in hidden]
@@ -163,8 +160,7 @@ def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str,
 def decision_point(decision: Decision, observations: Sequence[Observation], policy: LoopPolicy, *,
                    incident_id: Optional[str] = None, failure_signature: Optional[str] = None,
                    patch_proposed: bool = True) -> DecisionPoint:
-    """The decision point written at every stop: its options per stop reason (one that
-    applies a patch only when a repair proposed one: ``patch_proposed``)."""
+    """The decision point written at every stop: its reason's options (applying a patch only if ``patch_proposed``)."""
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
@@ -241,8 +237,7 @@ UNVERIFIED: tuple[tuple[str, str], ...] = (
 
 
 def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> list[tuple[str, list[str]]]:
-    """``(label, node ids)`` of the selected tests a verification ran to no verdict (skipped,
-    or absent); ``not_run`` keep their last outcome."""
+    """``(label, node ids)`` of the selected tests that ran to no verdict (``not_run``: their last outcome kept)."""
     found: list[tuple[str, list[str]]] = []
     for outcome, label in UNVERIFIED:
         nodeids = [n for n, o in outcomes.items() if o == outcome and n not in not_run]

@@ -127,11 +127,9 @@ def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: C
     """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
     is expected to fail until its feature exists)."""
     tdd = set(tdd_nodeids)
-    keep: list[str] = []
-    excluded: list[str] = []
-    for nodeid in nodeids:
-        allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
-        (keep if allowed else excluded).append(nodeid)
+    allowed = [policy.tdd_tasks if nodeid in tdd else policy.auto_tasks for nodeid in nodeids]
+    keep = [n for n, ok in zip(nodeids, allowed) if ok]
+    excluded = [n for n, ok in zip(nodeids, allowed) if not ok]
     refused: Optional[str] = None
     if not policy.enabled:
         refused = "the loop is disabled (ralf_lite.enabled is false)"

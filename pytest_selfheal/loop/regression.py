@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -27,7 +27,7 @@ from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
 from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.verify import Verifier, read_cases
+from pytest_selfheal.loop.verify import Verifier, read_cases, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
@@ -210,8 +210,7 @@ def _whole_name(root: Path, rel: str) -> str:
 
 
 def project_files(root: Path, skip: Collection[Path], ignored: Collection[str] = _SKIPPED_DIRS) -> Iterator[str]:
-    """The files below ``root`` (relative POSIX paths), outside hidden folders, environments,
-    folders named in ``ignored`` and the ``skip`` folders."""
+    """The files below ``root`` (relative POSIX paths), outside hidden, ``ignored``, ``skip`` and venv folders."""
     skipped = {p.resolve() for p in skip}
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -384,21 +383,19 @@ def captured_code(tree: Path, commit: Optional[str], scratch: Path,
             run_git(top, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
         except GitFailed:
             shutil.rmtree(path, ignore_errors=True)
-            try:
+            with suppress(GitFailed):
                 run_git(top, ["worktree", "prune"], hooks_dir=hooks)
-            except GitFailed:
-                pass
 
 
-def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Verifier, base_argv: Sequence[str],
-                      trusted: Sequence[str], whole_command: Sequence[str], selection: Collection[str],
+def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Verifier, trusted: Sequence[str],
+                      whole_command: Sequence[str], selection: Collection[str], base_argv: Sequence[str] = BASE_ARGV,
                       budget_seconds: float, commit: Optional[str], captured_tree: Optional[Path] = None,
                       clean_capture: bool = True, env: Optional[Mapping[str, str]] = None,
                       invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None,
                       rules: Sequence[Rule] = (), redactor: Optional[Redactor] = None, skip: Collection[Path] = (),
                       spectrum: Mapping[str, Collection[FunctionKey]] = {},
-                      this_run: Optional[RunOutcomes] = None) -> Optional[RegressionCheck]:
-    """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
+                      this_run: Optional[RunOutcomes] = None) -> RegressionCheck:
+    """Run the regression check (``mode``: affected or full) of the code in ``tree``.
 
     ``trusted``: appended like to every verification command; ``whole_command``: the
     capture's selection words; ``selection``: judged by the iteration itself.
@@ -407,8 +404,6 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
     capture saw other code than its commit). ``this_run``: the run asking for the check,
     whose outcomes stand for the tests it ran.
     """
-    if mode == OFF:
-        return None
     started = time.monotonic()
     known = set(selection) | set(incident.nodeids) | {f.nodeid or f.test for f in incident.failures}
     known_identities = {"::".join(p for p in mangle_nodeid(n) if p) for n in known}
@@ -534,13 +529,13 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
     return check_regressions(
-        mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
-        trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
-        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
-        invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
-            incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
-        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE), this_run=this_run,
-    )
+        mode=settings.regression, incident=incident, tree=tree, runner=runner, trusted=trusted_options(incident, effective),
+        whole_command=whole, selection=list(outcomes), budget_seconds=float(settings.regression_budget_seconds),
+        commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
+        invocation_dir=start_dir(tree, incident.invocation_dir),
+        selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION), rules=rules,
+        redactor=effective.redactor, skip=[store.root], this_run=this_run,
+        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE))
 
 
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
@@ -563,8 +558,7 @@ def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
-    """Whether a run of ``run_words`` runs every test the capture's words select (none:
-    pytest's default selection, the widest a run has)."""
+    """Whether a run of ``run_words`` runs every test ``capture`` selects (no words: pytest's default, the widest)."""
     if not run_words or any(w in ("", ".") for w in run_words):
         return True
     return bool(capture) and all(

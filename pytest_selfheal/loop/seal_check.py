@@ -47,8 +47,7 @@ NOT_APPLIED = "changed since the capture: not applied to incident"
 
 
 def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[EffectiveConfig, Optional[str]]:
-    """``effective`` under ``incident``'s judging keys, and the line naming the keys edited
-    since its capture (None when none was, or the incident has no seal)."""
+    """``effective`` under ``incident``'s judging keys, and the line naming those edited since (None: none was)."""
     if incident.seal is None:
         return effective, None
     recorded = incident.seal.judging
@@ -86,8 +85,7 @@ def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
-    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the seal
-    taken again in ``root`` with today's judging keys."""
+    """``selfheal reopen --new-seal``, confirmed by a person: the seal taken again with today's judging keys."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
         judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),

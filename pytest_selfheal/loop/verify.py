@@ -141,8 +141,7 @@ def _shown(argv: Sequence[str]) -> str:
 
 def check_command(argv: Sequence[str], *, allowlist: Sequence[str] = DEFAULT_ALLOWLIST, root: Path,
                   trusted: Sequence[str] = ()) -> None:
-    """THE check of a verification command, for every surface: an allowlisted runner and
-    allowlisted arguments (:mod:`.argcheck`); ``RefusedError`` (exit 5) otherwise."""
+    """THE check of a command, for every surface: allowlisted runner and arguments, else ``RefusedError`` (exit 5)."""
     check_allowed(argv, allowlist)
     name, length = runner(argv)
     check_arguments(argv[length:], root=root, trusted=trusted, pytest_runner=name in PYTEST_RUNNERS, shown=_shown(argv))
@@ -171,8 +170,7 @@ def selection_words(argv: Sequence[str]) -> tuple[int, int]:
 
 
 def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
-    """``argv`` with a long selection moved into the selection file ``path``, which the
-    plugin of pytest_selfheal/selection.py puts back in the child; a short one stays."""
+    """``argv`` with a long selection moved into the selection file ``path`` (selection.py puts it back)."""
     start, end = selection_words(argv)
     words = list(argv[start:end])
     if len(words) <= MAX_ARGV_SELECTION and sum(len(w) + 1 for w in words) <= MAX_ARGV_SELECTION_CHARS:
@@ -299,8 +297,7 @@ def _telling_line(text: str) -> str:
 
 
 def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_type: str = "") -> models.Failure:
-    """One failure standing for a run that produced no junit, classified like any other;
-    its fixed test identity makes it repeat stably."""
+    """The failure of a run without junit, classified like any other; its fixed identity repeats stably."""
     # A runner missing, a run that could not start, or a selection pytest refused: the
     # environment, never a failure that "repeats".
     runner_rules = (
