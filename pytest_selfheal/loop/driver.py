@@ -40,6 +40,7 @@ from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun, minutes_between, stamp, utcnow
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
+    VerificationRun,
     Verifier,
     check_command,
     observe,
@@ -316,19 +317,15 @@ def _drive(loop: _Loop, *, provider: Optional[Provider], approve: bool, unattend
 def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Decision]:
     """The stop the records alone decide before anything runs, or None: the capture alone
     is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
-    incident = run.incident
-    observations = run.observations()
-    started = run.started()
-    pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
-                 known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
+    pre = decide(pol, run.observations(), elapsed_minutes=minutes_between(run.started(), utcnow()),
+                 known_flaky=known_flaky(run.incident), unverified=run.incident.unverified_failures)
     # A reopen is the user saying "the environment is fixed" or "it fails again": a
     # tooling_env or a success seen before it is checked by running the verification,
     # not repeated from the record (a resolved incident reopened after a regression).
     rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run.split()[1] and run.reopened is not None
                  else set())
-    if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
-        return pre
-    return None
+    return pre if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked \
+        else None
 
 
 def _unchanged_since(run: LoopRun, attempts: Optional[Sequence[Attempt]], observations: Sequence[policy.Observation],
@@ -356,22 +353,19 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
     outcomes: dict[str, str] = {}
     failures: list[Failure] = []
-    codes: list[Optional[int]] = []
-    timed_out = False
-    duration = 0.0
+    runs: list[VerificationRun] = []
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with state.interruptible():
-                ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
-                               timeout_seconds=settings.verification.timeout_seconds, env=env, invocation_dir=invocation_dir,
-                               selection_file=run.store.selection_file(run.incident_id, index))
-            got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
+                runs.append(verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
+                                     timeout_seconds=settings.verification.timeout_seconds, env=env,
+                                     invocation_dir=invocation_dir,
+                                     selection_file=run.store.selection_file(run.incident_id, index)))
+            got, failed = observe(runs[-1], [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=effective.redactor)
             outcomes.update(got)
             failures.extend(failed)
-            duration += ran.duration_seconds
-            timed_out = timed_out or ran.timed_out
-            codes.append(ran.exit_code)
+    timed_out = any(ran.timed_out for ran in runs)
     changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
                               extra_code=repair.files_changed if repair is not None else ())
     # A changed harness always stops and never as a success: no regression check for it. Edited
@@ -390,8 +384,9 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
         started_at=stamp(started), finished_at=stamp(utcnow()), mode="repair" if repair is not None else "verify",
         verification_commands=[_command_text(a) for a in argvs],
         # The first failing command's code (None: timed out or could not start), else 0.
-        exit_code=next((c for c in codes if c != 0), 0) if codes else None, timed_out=timed_out, repair=repair,
-        project_root=loop.project_root, duration_seconds=duration, tests_edited=changes.tests,
+        exit_code=next((r.exit_code for r in runs if r.exit_code != 0), 0) if runs else None, timed_out=timed_out,
+        repair=repair, project_root=loop.project_root, duration_seconds=sum(r.duration_seconds for r in runs),
+        tests_edited=changes.tests,
         harness_changed=changes.harness, regression=regression,
     )
     if not outcome.closed:

@@ -178,12 +178,13 @@ class LoopRun:
             if repeats >= 2 and not has_event(records, ev.REPEATED_FAILURE_DETECTED, iteration=iteration):
                 self.append_event(ev.REPEATED_FAILURE_DETECTED, recovered=True,
                                   **repeated_failure_event(attempt, repeats).data)
-        logged = _logged_status(records)
+        logged = logged_status(records)
         if logged is not None and logged != self.status:
             self.append_event(ev.STATUS_CHANGED, **{"from": logged, "to": self.status, "recovered": True})
 
 
-def _logged_status(records: list[Event]) -> Optional[str]:
+def logged_status(records: Sequence[Event]) -> Optional[str]:
+    """The status the event log says the incident is in (None: no status event)."""
     status: Optional[str] = None
     for record in records:
         if record.event == ev.INCIDENT_CAPTURED:
