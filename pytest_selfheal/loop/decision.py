@@ -22,7 +22,6 @@ from pytest_selfheal.loop.policy import (
     is_success,
     is_timeout,
     no_progress_streak,
-    open_stop,
     progress_between,
     progress_signal,
     same_error_repeats,
@@ -46,19 +45,12 @@ def known_flaky(incident: Incident) -> frozenset[str]:
 
 def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_minutes: float = 0.0,
            cancelled: bool = False, known_flaky: Collection[str] = (), unverified: int = 0) -> Decision:
-    """Continue or stop after the latest observation, with exactly one stop reason.
+    """Continue or stop after the latest observation (the capture's at least), with exactly one stop reason.
 
     ``known_flaky``: when only they still fail, a repeat is no evidence of a deterministic
     failure, so the repeat and no-progress stops wait. ``unverified``: failures the capture
     could not keep: a green selection then stops ``unverified_failures``, never ``success``.
     """
-    if not observations:
-        # Only "nothing may run" answers are possible before the capture exists.
-        if policy.enabled and not cancelled:
-            raise ValueError("decide() needs at least the capture observation")
-        reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
-        return open_stop(reason, stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes), 0)
-
     cur = observations[-1]
     iteration = len(observations) - 1
     progress = progress_between(next((o for o in reversed(observations[:-1]) if is_evidence(o)), None), cur)
@@ -114,7 +106,7 @@ def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_m
                         "history does not call deterministic.")
         return decision(progress, reason, message, iteration, same, streak, conditions=conditions)
     retry = timeouts == 1
-    return decision(progress, None, continue_message(policy, observations, iteration, progress, retry, no_fixes),
+    return decision(progress, None, continue_message(policy, iteration, progress, retry, no_fixes),
                     iteration, same, streak, retry)
 
 

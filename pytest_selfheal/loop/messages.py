@@ -31,8 +31,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def continue_message(policy: LoopPolicy, observations: Sequence[Observation], iteration: int, progress: Decision,
-                     retry: bool, no_fixes: int) -> str:
+def continue_message(policy: LoopPolicy, iteration: int, progress: Decision, retry: bool, no_fixes: int) -> str:
     left = policy.max_iterations - iteration
     if retry:
         return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
@@ -53,14 +52,13 @@ def continue_message(policy: LoopPolicy, observations: Sequence[Observation], it
 def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observation], iteration: int, same: int,
                  streak: int, timeouts: int, no_fixes: int, elapsed: float, unverified: int = 0) -> str:
     """The sentence of a stop for ``reason`` (its row's template), naming the counts that triggered it."""
-    cur = observations[-1] if observations else None
+    cur = observations[-1]
     flaky = flaky_tests(observations)
     # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
     evidence = [o for o in observations if is_evidence(o)]
-    fingerprint = evidence[-1].primary_fingerprint if evidence else cur.primary_fingerprint if cur else None
-    fingerprint_note = _fingerprint_note(fingerprint, evidence)
+    fingerprint = (evidence[-1] if evidence else cur).primary_fingerprint
     left = max(0, policy.max_iterations - iteration)
-    no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
+    no_verdict = unverified_tests(cur.outcomes) if not cur.fingerprints else []
     values = {
         "iteration": iteration,
         "all_iterations": plural(policy.max_iterations, "iteration"),
@@ -72,14 +70,14 @@ def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observa
         "budget": policy.max_runtime_minutes or 0.0,
         "unverified": unverified,
         "fingerprint": fingerprint,
-        "fingerprint_note": fingerprint_note,
+        "fingerprint_note": _fingerprint_note(fingerprint, evidence),
         "rest": f" without using the {plural(left, 'remaining iteration')}" if left else "",
         "flaky_note": f"; flaky (passed without a code change): {first_few(flaky)}" if flaky else "",
-        "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
+        "environment_note": f": {cur.environment}" if cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
-        "changes": first_few(cur.harness_changed if cur is not None else ()),
-        "edited": first_few(cur.tests_edited if cur is not None else ()),
-        "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]) if cur is not None else "",
+        "changes": first_few(cur.harness_changed),
+        "edited": first_few(cur.tests_edited),
+        "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]),
     }
     return stop_facts(reason).message.format_map(values)
 
