@@ -32,7 +32,6 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.messages import command_shown, every_key, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident
@@ -46,6 +45,7 @@ from pytest_selfheal.loop.verify import (
     observe,
     remove_stale_verify_dirs,
     run_selection,
+    start_dir,
     trusted_options,
     verify_dir_prefix,
 )

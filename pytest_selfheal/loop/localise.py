@@ -21,11 +21,17 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.loop.attempts import ensure_plan, require_inbox
 from pytest_selfheal.loop.control import loop_lock
-from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import passing_spectrum_of
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.verify import check_command, run_selection, runner, trusted_options, verify_dir_prefix
+from pytest_selfheal.loop.verify import (
+    check_command,
+    run_selection,
+    runner,
+    start_dir,
+    trusted_options,
+    verify_dir_prefix,
+)
 from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file

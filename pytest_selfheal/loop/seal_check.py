@@ -26,7 +26,6 @@ from pytest_selfheal.config.seal import (
 )
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import (
     BASE_ARGV,
     REGRESSION_SELECTION,
@@ -34,7 +33,7 @@ from pytest_selfheal.loop.regression import (
     project_files,
     read_context,
 )
-from pytest_selfheal.loop.verify import Verifier, observe, run_selection, trusted_options
+from pytest_selfheal.loop.verify import Verifier, observe, run_selection, start_dir, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan

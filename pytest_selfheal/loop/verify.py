@@ -22,8 +22,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
-from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments
-from pytest_selfheal.loop.invocation import from_invocation_dir
+from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root
 from pytest_selfheal.names import (
     SELECTION_FORMAT,
     SELECTION_OPTION,
@@ -78,6 +77,29 @@ def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]
     """The capture's own pytest options and ``verification.args``, appended to every command
     (like with like); they are the user's own, so the argument allowlist trusts them."""
     return list(incident.pytest_options) + list(effective.settings.verification.args)
+
+
+# Where a verification starts: the directory the capture ran pytest from (tests reading relative paths
+# pass or fail depending on it).
+def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
+    """``root / recorded`` when it is a directory inside ``root`` (a hand-edited value cannot
+    move the run elsewhere), else None: the run starts at ``root``."""
+    if not recorded or not inside_root(recorded, root):
+        return None
+    where = (Path(root).resolve() / recorded).resolve()
+    return where if where != Path(root).resolve() and where.is_dir() else None
+
+
+def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> list[str]:
+    """``argv`` with every word after the first ``skip`` naming a path under ``rootdir`` relative to ``start``."""
+    out = list(argv)
+    for index in range(skip, len(out)):
+        word = out[index]
+        path = word.split("::", 1)[0]
+        if word.startswith("-") or not path or Path(path).is_absolute() or not (rootdir / path).exists():
+            continue
+        out[index] = Path(os.path.relpath(rootdir / path, start)).as_posix() + word[len(path):]
+    return out
 
 
 def _basename(executable: str) -> str:
