@@ -380,15 +380,9 @@ def verification_root(incident: Incident, project_root: Path, reports_root: Opti
     is, or lies inside, ``project_root`` or the folder holding ``reports_root``; otherwise
     ``project_root``, so a hand-edited ``rootdir`` cannot move the run elsewhere."""
     base = Path(project_root).resolve()
-    rootdir = incident.rootdir
-    if not rootdir:
-        return base
     bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
-    try:
-        recorded = Path(rootdir).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return base
-    if recorded.is_dir() and any(recorded == b or b in recorded.parents for b in bases):
-        return recorded
+    rootdir = incident.rootdir
+    if rootdir and any(inside_root(rootdir, b) for b in bases) and (base / rootdir).is_dir():
+        return (base / rootdir).resolve()
     return base
 
