@@ -26,10 +26,10 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
+from pytest_selfheal.loop.state import read_context
 from pytest_selfheal.loop.verify import Verifier, read_cases, start_dir, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
-from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor
@@ -547,13 +547,6 @@ def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
         return read_passing_spectrum(path.read_text(encoding="utf-8"))
     except OSError:
         return {}
-
-
-def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
-    try:
-        return store.read_context(incident_id)
-    except SelfhealError:
-        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:

@@ -31,8 +31,8 @@ from pytest_selfheal.loop.regression import (
     REGRESSION_SELECTION,
     captured_code,
     project_files,
-    read_context,
 )
+from pytest_selfheal.loop.state import read_context
 from pytest_selfheal.loop.verify import Verifier, observe, run_selection, start_dir, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING

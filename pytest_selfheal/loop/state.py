@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, Decision
@@ -248,13 +248,14 @@ def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) 
 
 def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
     """:func:`capture_diff_hash`, reading ``context.json`` only when needed (a bad one never blocks the loop)."""
-    if incident.diff_hash:
-        return incident.diff_hash
+    return capture_diff_hash(incident, None if incident.diff_hash else read_context(store, incident_id))
+
+
+def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
     try:
-        context = store.read_context(incident_id)
-    except (InputError, NotFoundError, StoreIOError):
-        return None
-    return capture_diff_hash(incident, context)
+        return store.read_context(incident_id)
+    except SelfhealError:
+        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
 
 
 def _decision_from_record(data: Decision) -> Decision:
