@@ -395,8 +395,7 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
 
 
 def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
-                     env: Optional[Mapping[str, str]] = None, hook_rules: Sequence[Rule] = (),
-                     verifier: Verifier = run_selection) -> IterationOutcome:
+                     env: Optional[Mapping[str, str]] = None, verifier: Verifier = run_selection) -> IterationOutcome:
     """ONE iteration now, without the loop lock, signal handling or pre-checks (for embedding: benchmarks)."""
     run = LoopRun.resume(store, incident_id)
     plan = run.require_plan()
@@ -404,8 +403,8 @@ def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConf
     effective, _ = judged_config(effective, incident)
     argvs = _plan_argvs(plan, incident, effective)
     check_commands(run, argvs, effective=effective, project_root=project_root)
-    loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, hook_rules),
-                 verifier, CancelState())
+    loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, ()), verifier,
+                 CancelState())
     return _verify_and_record(loop, argvs, selection_nodeids(plan, incident, argvs), cwd=project_root, repair=None)
 
 

@@ -168,10 +168,8 @@ def localise(
     return rebuilt
 
 
-def localise_plan(
-    store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
-    say: Callable[[str], None], env: Optional[Mapping[str, str]] = None,
-) -> Plan:
+def localise_plan(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
+                  say: Callable[[str], None]) -> Plan:
     """``selfheal plan ID --localise``: rank the plan's suspects now, as the loop would; refuses like the loop."""
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -184,4 +182,4 @@ def localise_plan(
         if why is not None:
             say(f"selfheal: incident {incident_id}: not localised: {why}")
             return plan
-        return localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
+        return localise(run, plan=plan, effective=effective, project_root=project_root, env=None, say=say)

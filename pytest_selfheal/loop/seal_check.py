@@ -33,7 +33,7 @@ from pytest_selfheal.loop.regression import (
     project_files,
 )
 from pytest_selfheal.loop.state import read_context
-from pytest_selfheal.loop.verify import Verifier, observe, run_selection, start_dir, trusted_options
+from pytest_selfheal.loop.verify import observe, run_selection, start_dir, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
@@ -136,8 +136,7 @@ def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], 
             shutil.copyfile(source, target)
 
 
-def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig, *,
-                             runner: Verifier = run_selection) -> dict[str, str]:
+def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig) -> dict[str, str]:
     """The incident's failing tests (with their outcome) that do not fail on the captured code
     under what is in ``root`` now: a new seal would accept a cheat, as no capture would.
     ``RefusedError`` when the captured code cannot be rebuilt."""
@@ -155,7 +154,7 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
                                "the capture), so the failing tests cannot be run on it")
         now = fresh_seal(incident, root, effective)
         _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve(), dirty)
-        ran = runner([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
+        ran = run_selection([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
                      junit_path=Path(tmp) / "new_seal.xml", timeout_seconds=float(settings.timeout_seconds),
                      invocation_dir=start_dir(base, incident.invocation_dir),
                      selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION))
