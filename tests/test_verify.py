@@ -26,7 +26,7 @@ from pytest_selfheal.loop.verify import (
     observe,
     resolve_argv,
     run_selection,
-    runner_name,
+    runner,
 )
 from pytest_selfheal.process import read_tail
 from pytest_selfheal.records import models
@@ -50,7 +50,7 @@ from pytest_selfheal.redact import default_redactor
     ],
 )
 def test_runner_name(argv: list[str], name: str) -> None:
-    assert runner_name(argv) == name
+    assert runner(argv)[0] == name
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,7 @@ def inside_root(word: str, root: Path) -> bool:
 
 
 def option_groups(tokens: Sequence[str]) -> list[tuple[str, Optional[str]]]:
-    """``(option, value)`` pairs of an options-only word list: a word that does not start with
-    ``-`` is the value of the option before it."""
+    """``(option, value)`` pairs of options-only words (one not starting with ``-``: the value before it)."""
     groups: list[tuple[str, Optional[str]]] = []
     for token in tokens:
         if token.startswith("--") and "=" in token:

@@ -74,8 +74,7 @@ _NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
 
 
 def _failure_entry(failure: Failure) -> Failure:
-    """The failure as an attempt records it: without its target paths, the capture's
-    grouping evidence and its triage (carried from the incident), which are the incident's."""
+    """The failure as an attempt records it: target paths, grouping evidence and triage are the incident's."""
     keys = tuple(k for k in failure.keys or CAPTURED_KEYS if k not in _NOT_AN_ATTEMPTS)
     return dataclasses.replace(failure, target_paths=(), root_cause=None, triage=None, keys=keys)
 
@@ -127,11 +126,8 @@ def _record_history(run: LoopRun, observations: Sequence[policy.Observation], fa
     incident_id, incident = run.incident_id, run.incident
     *attempts, written = run.attempts
     iteration = written.iteration
-    fingerprints: dict[str, str] = {}
-    for failures_seen in [incident.failures, *(a.failures for a in attempts)]:
-        for failure in failures_seen:
-            if (failure.nodeid or failure.test) and failure.fingerprint:
-                fingerprints[failure.nodeid or failure.test] = failure.fingerprint
+    fingerprints = {f.nodeid or f.test: f.fingerprint for seen in [incident.failures, *(a.failures for a in attempts)]
+                    for f in seen if (f.nodeid or f.test) and f.fingerprint}
     current = observations[-1]
     previous = observations[:-1]
     newly_flaky = set(policy.flaky_tests(observations)) - set(policy.flaky_tests(previous))
@@ -191,11 +187,9 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
                                             "message": AGENT_UNCHANGED}, "repair")
         edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.observed(
-            len(previous), dict(outcomes), failures, diff_hash, timed_out=timed_out,
-            repair_result=(repair.result or None) if repair is not None else None,
-            scope_denied=bool(repair.scope_denied) if repair is not None else False,
-            tests_edited=tuple(edited), harness_changed=tuple(harness_changed),
-            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)),
+            len(previous), dict(outcomes), failures, diff_hash, repair, timed_out=timed_out,
+            scope_denied=bool(repair is not None and repair.scope_denied), tests_edited=tuple(edited),
+            harness_changed=tuple(harness_changed),
             # An iteration that ran nothing (the code is the one the last run verified) keeps its verdict.
             regressions=(regression.broken if regression is not None
                          else previous[-1].regressions if outcomes and set(outcomes) <= set(not_run) else ()))
@@ -271,13 +265,6 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
                                 [*(f"selfheal: warning: {w}" for w in history_warnings), line, *notes])
 
 
-def _run_runtime_minutes(attempts: Sequence[Attempt], reopened: Optional[int]) -> float:
-    _, run = split_runs(attempts, reopened)
-    if not run:
-        return 0.0
-    return round(minutes_between(parse_stamp(run[0].started_at), parse_stamp(run[-1].finished_at)), 3)
-
-
 def _redact_config(redactor: Any, value: Any) -> Any:
     """Redact a config value; in argv lists (``repair.command``) a word following a flag is
     checked as ``--flag=word`` too, so ``["agent", "--token", "abc123"]`` loses its secret."""
@@ -304,13 +291,16 @@ def build_run_result(incident_id: str, decision: Decision, *, observations: Sequ
     final = policy.final_status_of(decision.stop_reason)
     archived_to = archived_path(str(final), incident_id) if final in (FinalStatus.RESOLVED, FinalStatus.ESCALATED) else None
     proposed = any(attempt.repair is not None and attempt.repair.patch for attempt in attempts)
+    this_run = split_runs(attempts, reopened)[1]
+    runtime = minutes_between(parse_stamp(this_run[0].started_at), parse_stamp(this_run[-1].finished_at)) \
+        if this_run else 0.0
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id,
                                     failure_signature=failure_signature, patch_proposed=proposed)
     document = {  # the document's key order, written as is
         "incident_id": incident_id,
         "final_status": final,
         "loops_used": decision.iteration,
-        "runtime_minutes": _run_runtime_minutes(attempts, reopened),
+        "runtime_minutes": round(runtime, 3),
         "same_error_repeats": decision.same_error_repeats,
         "archived_to": archived_to,
         "stop_reason": decision.stop_reason,
@@ -333,9 +323,7 @@ def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
     """Close the loop for ``decision`` (a stop): archive it, or replan, or (``cancelled``,
     ``disabled``) only log the stop, leaving the incident open. Idempotent: every step checks
     what is already done, so a resume after a kill completes it without duplicates."""
-    if not decision.stopped or decision.stop_reason is None:
-        raise ValueError("finalize() needs a decision that stops the loop")
-    reason = decision.stop_reason
+    reason = str(decision.stop_reason)
     pol = policy.LoopPolicy.from_settings(effective.settings)
     store, incident_id = run.store, run.incident_id
     with store.lock():
@@ -354,11 +342,10 @@ def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
             run.append_event(ev.LOOP_STOPPED, **stop_data, final_status=None, loop_iteration=decision.iteration,
                              message=decision.message)
             return result
+        existing = run.run_result
         if bucket != INBOX:
             # Archived already: the close-out completed (the archive is its last step).
-            existing = run.run_result
             return LoopResult.from_json(existing.to_json(), RUN_RESULT_JSON) if existing is not None else result
-        existing = run.run_result
         if existing is None or existing.iteration != last or existing.stop_reason != reason:
             run.write_run_result(RunResult.from_json(result.to_json(), RUN_RESULT_JSON))
         kill_point("finalize:after_run_result")
@@ -394,9 +381,7 @@ def _replan(run: LoopRun, last: int) -> None:
         return  # planned already: the replan completed before a kill
     plan = run.require_plan()
     if plan.replanned_at_iteration != last:
-        attempts = run.attempts
-        _, this_run = split_runs(attempts[:-1], run.reopened) if attempts else (None, [])
-        run_attempts = list(this_run) + ([attempts[-1]] if attempts else [])
+        run_attempts = [*split_runs(run.attempts[:-1], run.reopened)[1], *run.attempts[-1:]]
         plan = dataclasses.replace(replan(plan, run_attempts, generated_at=ev.format_ts()), replanned_at_iteration=last)
         run.write_plan(plan, render_plan_md(plan))
     kill_point("finalize:after_replan_written")

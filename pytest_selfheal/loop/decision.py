@@ -4,11 +4,10 @@ their precedence are in ``docs/loop.md``: keep the two in step)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from itertools import takewhile
 
 from pytest_selfheal.loop.messages import continue_message, stop_message
 from pytest_selfheal.loop.policy import (
-    ACTION_CONTINUE,
-    ACTION_STOP,
     HARNESS_CHANGED,
     MIN_FINGERPRINT_REPEATS,
     NO_FIX_FOUND_LIMIT,
@@ -18,13 +17,11 @@ from pytest_selfheal.loop.policy import (
     Observation,
     decision,
     failing_tests,
-    final_status_of,
     is_evidence,
     is_no_fix,
     is_success,
     is_timeout,
     no_progress_streak,
-    open_stop,
     progress_between,
     progress_signal,
     same_error_repeats,
@@ -48,19 +45,12 @@ def known_flaky(incident: Incident) -> frozenset[str]:
 
 def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_minutes: float = 0.0,
            cancelled: bool = False, known_flaky: Collection[str] = (), unverified: int = 0) -> Decision:
-    """Continue or stop after the latest observation, with exactly one stop reason.
+    """Continue or stop after the latest observation (the capture's at least), with exactly one stop reason.
 
     ``known_flaky``: when only they still fail, a repeat is no evidence of a deterministic
     failure, so the repeat and no-progress stops wait. ``unverified``: failures the capture
     could not keep: a green selection then stops ``unverified_failures``, never ``success``.
     """
-    if not observations:
-        # Only "nothing may run" answers are possible before the capture exists.
-        if policy.enabled and not cancelled:
-            raise ValueError("decide() needs at least the capture observation")
-        reason = StopReason.DISABLED if not policy.enabled else StopReason.CANCELLED
-        return open_stop(reason, stop_message(reason, policy, [], 0, 0, 0, 0, 0, elapsed_minutes), 0)
-
     cur = observations[-1]
     iteration = len(observations) - 1
     progress = progress_between(next((o for o in reversed(observations[:-1]) if is_evidence(o)), None), cur)
@@ -114,18 +104,11 @@ def decide(policy: LoopPolicy, observations: Sequence[Observation], *, elapsed_m
             message += (" Every test still failing is known flaky in the failure history ("
                         + first_few(sorted(failing_tests(cur))) + "): it failed on every re-run, which the "
                         "history does not call deterministic.")
-        return decision(
-            ACTION_STOP, reason, final_status_of(reason), progress, same, streak, False, message, iteration, conditions
-        )
+        return decision(progress, reason, message, iteration, same, streak, conditions=conditions)
     retry = timeouts == 1
-    return decision(ACTION_CONTINUE, None, None, progress, same, streak, retry,
-                    continue_message(policy, observations, iteration, progress, retry, no_fixes), iteration, ())
+    return decision(progress, None, continue_message(policy, iteration, progress, retry, no_fixes),
+                    iteration, same, streak, retry)
 
 
 def _tail_count(observations: Sequence[Observation], predicate: Callable[[Observation], bool]) -> int:
-    count = 0
-    for obs in reversed(observations):
-        if not predicate(obs):
-            break
-        count += 1
-    return count
+    return len(list(takewhile(predicate, reversed(observations))))

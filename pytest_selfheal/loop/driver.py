@@ -32,8 +32,7 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
+from pytest_selfheal.loop.messages import command_shown, every_key, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident, passes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
@@ -45,6 +44,7 @@ from pytest_selfheal.loop.verify import (
     observe,
     remove_stale_verify_dirs,
     run_selection,
+    start_dir,
     trusted_options,
     verify_dir_prefix,
 )
@@ -121,8 +121,7 @@ def plan_argvs(plan: Plan, incident: Incident, effective: EffectiveConfig) -> li
 
 def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: EffectiveConfig,
                    project_root: Path) -> None:
-    """Every command through :func:`check_command` before the first runs; a refused one is
-    logged (one ``decision_point_needed``: nothing ran) and raised."""
+    """:func:`check_command` on every command before the first runs; a refusal is logged (nothing ran) and raised."""
     trusted = trusted_options(run.incident, effective)
     incident_id = run.incident_id
     for argv in argvs:
@@ -142,7 +141,7 @@ def check_commands(run: LoopRun, argvs: Sequence[Sequence[str]], *, effective: E
             point = DecisionPoint(
                 reason="verification_command_refused", message=exc.message, options=options,
                 context=DecisionContext(keys=("command",), extra=(("command", command),)),
-                keys=("reason", "message", "options", "context"),
+                keys=every_key(DecisionPoint),
             )
             run.append_event(ev.DECISION_POINT_NEEDED, refused=True, command=command, reason=exc.message,
                              decision_point=point.to_json())
@@ -317,19 +316,15 @@ def _drive(loop: _Loop, *, provider: Optional[Provider], approve: bool, unattend
 def _decide_before_running(run: LoopRun, pol: policy.LoopPolicy) -> Optional[Decision]:
     """The stop the records alone decide before anything runs, or None: the capture alone
     is decisive (tooling_env, max_iterations 0), the runtime budget is gone, or the config changed."""
-    incident = run.incident
-    observations = run.observations()
-    started = run.started()
-    pre = decide(pol, observations, elapsed_minutes=minutes_between(started, utcnow()) if started else 0.0,
-                 known_flaky=known_flaky(incident), unverified=incident.unverified_failures)
+    pre = decide(pol, run.observations(), elapsed_minutes=minutes_between(run.started(), utcnow()),
+                 known_flaky=known_flaky(run.incident), unverified=run.incident.unverified_failures)
     # A reopen is the user saying "the environment is fixed" or "it fails again": a
     # tooling_env or a success seen before it is checked by running the verification,
     # not repeated from the record (a resolved incident reopened after a regression).
     rechecked = ({StopReason.TOOLING_ENV, StopReason.SUCCESS} if not run.split()[1] and run.reopened is not None
                  else set())
-    if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked:
-        return pre
-    return None
+    return pre if pre.stopped and pre.stop_reason != StopReason.REPLAN_REQUESTED and set(pre.conditions) - rechecked \
+        else None
 
 
 def _unchanged_since(run: LoopRun, attempts: Optional[Sequence[Attempt]], observations: Sequence[policy.Observation],
@@ -427,18 +422,16 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
 
 
 def verify_iteration(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
-                     env: Optional[Mapping[str, str]] = None, hook_rules: Sequence[Rule] = (),
-                     verifier: Verifier = run_selection) -> IterationOutcome:
-    """Run ONE iteration now, without the loop lock, signal handling or pre-checks (for
-    embedding: benchmarks); :func:`run_loop` is the full driver."""
+                     env: Optional[Mapping[str, str]] = None, verifier: Verifier = run_selection) -> IterationOutcome:
+    """ONE iteration now, without the loop lock, signal handling or pre-checks (for embedding: benchmarks)."""
     run = LoopRun.resume(store, incident_id)
     plan = run.require_plan()
     incident = run.incident
     effective, _ = judged_config(effective, incident)
     argvs = plan_argvs(plan, incident, effective)
     check_commands(run, argvs, effective=effective, project_root=project_root)
-    loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, hook_rules),
-                 verifier, CancelState())
+    loop = _Loop(run, effective, project_root, env, rules_for_run(effective.settings.classification_rules, ()), verifier,
+                 CancelState())
     return _verify_and_record(loop, argvs, selection_nodeids(plan, incident, argvs), cwd=project_root, repair=None)
 
 

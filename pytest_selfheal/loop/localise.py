@@ -21,11 +21,17 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.loop.attempts import ensure_plan, require_inbox
 from pytest_selfheal.loop.control import loop_lock
-from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import passing_spectrum_of
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
-from pytest_selfheal.loop.verify import check_command, run_selection, runner_length, trusted_options, verify_dir_prefix
+from pytest_selfheal.loop.verify import (
+    check_command,
+    run_selection,
+    runner,
+    start_dir,
+    trusted_options,
+    verify_dir_prefix,
+)
 from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
@@ -131,7 +137,7 @@ def localise(
     # Without plugin autoload the run loads the plugin itself (with it, by its module name
     # twice over would be an error).
     plugin = ["-p", PLUGIN_MODULE] if child.get(_NO_AUTOLOAD) else []
-    argv = argvs[0][: runner_length(argvs[0])] + ["-q", *plugin, *files, *trusted]
+    argv = argvs[0][: runner(argvs[0])[1]] + ["-q", *plugin, *files, *trusted]
     try:
         check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root, trusted=trusted)
     except RefusedError as exc:
@@ -162,10 +168,8 @@ def localise(
     return rebuilt
 
 
-def localise_plan(
-    store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
-    say: Callable[[str], None], env: Optional[Mapping[str, str]] = None,
-) -> Plan:
+def localise_plan(store: Store, incident_id: str, *, effective: EffectiveConfig, project_root: Path,
+                  say: Callable[[str], None]) -> Plan:
     """``selfheal plan ID --localise``: rank the plan's suspects now, as the loop would; refuses like the loop."""
     incident_id = validate_incident_id(incident_id)
     require_inbox(store, incident_id)
@@ -178,4 +182,4 @@ def localise_plan(
         if why is not None:
             say(f"selfheal: incident {incident_id}: not localised: {why}")
             return plan
-        return localise(run, plan=plan, effective=effective, project_root=project_root, env=env, say=say)
+        return localise(run, plan=plan, effective=effective, project_root=project_root, env=None, say=say)

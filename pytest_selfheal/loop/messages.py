@@ -26,15 +26,12 @@ from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, 
 from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
 from pytest_selfheal.records.vocab import FIRST_FEW, FinalStatus, Line, StopReason, first_few
 
-# --------------------------------------------------------------------------- decision sentences
-
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def continue_message(policy: LoopPolicy, observations: Sequence[Observation], iteration: int, progress: Decision,
-                     retry: bool, no_fixes: int) -> str:
+def continue_message(policy: LoopPolicy, iteration: int, progress: Decision, retry: bool, no_fixes: int) -> str:
     left = policy.max_iterations - iteration
     if retry:
         return f"Iteration {iteration} timed out; retrying once ({plural(left, 'iteration')} left)."
@@ -55,17 +52,15 @@ def continue_message(policy: LoopPolicy, observations: Sequence[Observation], it
 def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observation], iteration: int, same: int,
                  streak: int, timeouts: int, no_fixes: int, elapsed: float, unverified: int = 0) -> str:
     """The sentence of a stop for ``reason`` (its row's template), naming the counts that triggered it."""
-    cur = observations[-1] if observations else None
+    cur = observations[-1]
     flaky = flaky_tests(observations)
     # Name the repeated failure, not whatever a transparent (timed-out) run last saw.
     evidence = [o for o in observations if is_evidence(o)]
-    fingerprint = evidence[-1].primary_fingerprint if evidence else cur.primary_fingerprint if cur else None
-    fingerprint_note = _fingerprint_note(fingerprint, evidence)
+    fingerprint = (evidence[-1] if evidence else cur).primary_fingerprint
     left = max(0, policy.max_iterations - iteration)
-    no_verdict = unverified_tests(cur.outcomes) if cur is not None and not cur.fingerprints else []
+    no_verdict = unverified_tests(cur.outcomes) if not cur.fingerprints else []
     values = {
         "iteration": iteration,
-        "max_iterations": policy.max_iterations,
         "all_iterations": plural(policy.max_iterations, "iteration"),
         "same": same,
         "streak": streak,
@@ -75,14 +70,14 @@ def stop_message(reason: str, policy: LoopPolicy, observations: Sequence[Observa
         "budget": policy.max_runtime_minutes or 0.0,
         "unverified": unverified,
         "fingerprint": fingerprint,
-        "fingerprint_note": fingerprint_note,
+        "fingerprint_note": _fingerprint_note(fingerprint, evidence),
         "rest": f" without using the {plural(left, 'remaining iteration')}" if left else "",
         "flaky_note": f"; flaky (passed without a code change): {first_few(flaky)}" if flaky else "",
-        "environment_note": f": {cur.environment}" if cur is not None and cur.environment else "",
+        "environment_note": f": {cur.environment}" if cur.environment else "",
         "seen": f"no verdict ({unverified_summary(no_verdict)})" if no_verdict else "same failure",
-        "changes": first_few(cur.harness_changed if cur is not None else ()),
-        "edited": first_few(cur.tests_edited if cur is not None else ()),
-        "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]) if cur is not None else "",
+        "changes": first_few(cur.harness_changed),
+        "edited": first_few(cur.tests_edited),
+        "broken": first_few([n.rsplit("::", 1)[-1] for n in cur.regressions]),
     }
     return stop_facts(reason).message.format_map(values)
 
@@ -100,8 +95,6 @@ def _fingerprint_note(fingerprint: Optional[str], evidence: Sequence[Observation
     return f"; not the capture's first failure ({first}), which {'no longer fails' if gone else 'fails too'}"
 
 
-# --------------------------------------------------------------------------- stop artefacts
-
 def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[str] = None) -> str:
     """What to do after this stop reason, with commands that work as printed."""
     if stop_reason is None:
@@ -110,8 +103,7 @@ def recommended_next_action(stop_reason: Optional[str], incident_id: Optional[st
 
 
 def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repair: Optional[RunRepair]) -> Optional[str]:
-    """What to do once a repair changed something (never "nothing to do"), or None: the stop
-    reason's own action fits."""
+    """What to do once a repair changed something, or None: the stop reason's own action fits."""
     if repair is None or not repair.final_patch:
         return None
     files = first_few(repair.files_changed)
@@ -131,8 +123,7 @@ def next_action_after_repair(stop_reason: Optional[str], incident_id: str, repai
 
 
 def command_shown(argv: Sequence[str], limit: int = FIRST_FEW) -> str:
-    """A verification command as its ``running`` line shows it: its first few test ids and a
-    count of the rest (the attempt records the whole command)."""
+    """A command as its ``running`` line shows it: its first few test ids and a count of the rest."""
     ids = [i for i, arg in enumerate(argv) if "::" in arg and not arg.startswith("-")]
     hidden = set(ids[limit:])
     words = [shlex.quote(arg) for i, arg in enumerate(argv) if i not in hidden]
@@ -167,8 +158,7 @@ def _archived_option(oid: str, label: str, command: Optional[str]) -> tuple[str,
 def decision_point(decision: Decision, observations: Sequence[Observation], policy: LoopPolicy, *,
                    incident_id: Optional[str] = None, failure_signature: Optional[str] = None,
                    patch_proposed: bool = True) -> DecisionPoint:
-    """The decision point written at every stop: its options per stop reason (one that
-    applies a patch only when a repair proposed one: ``patch_proposed``)."""
+    """The decision point written at every stop: its reason's options (applying a patch only if ``patch_proposed``)."""
     if decision.stop_reason is None:
         raise ValueError("a decision point is only written when the loop stops")
     ident = incident_id if incident_id is not None else "<incident_id>"
@@ -180,21 +170,19 @@ def decision_point(decision: Decision, observations: Sequence[Observation], poli
                     for oid, label, command in table)
     context = DecisionContext(
         iteration=decision.iteration, remaining=max(0, policy.max_iterations - decision.iteration),
-        failure_signature=failure_signature, keys=_CONTEXT_KEYS,
+        failure_signature=failure_signature, keys=every_key(DecisionContext),
         fingerprint=next((o.primary_fingerprint for o in reversed(observations) if o.fingerprints), None))
     return DecisionPoint(reason=decision.stop_reason, message=decision.message, options=options, context=context,
-                         keys=_POINT_KEYS)
+                         keys=every_key(DecisionPoint))
 
 
 def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
-    return DecisionOption(id=oid, label=label, command=command, keys=_OPTION_KEYS)
+    return DecisionOption(id=oid, label=label, command=command, keys=every_key(DecisionOption))
 
 
-# Every key of each record written, in its order (a null stays null).
-_POINT_KEYS = ("reason", "message", "options", "context")
-_OPTION_KEYS = ("id", "label", "command")
-_CONTEXT_KEYS = ("iteration", "remaining", "failureSignature", "fingerprint", "pendingScopeFiles")
-_HANDOFF_KEYS = tuple(f.key for f in fields_of(Handoff))
+def every_key(record: type) -> tuple[str, ...]:
+    """Every key of a record, in its order: what a record written here writes (a null stays null)."""
+    return tuple(f.key for f in fields_of(record))
 
 
 def handoff(
@@ -210,7 +198,7 @@ def handoff(
         fixed=tuple(fixed_tests(observations)),
         flaky_tests=tuple(flaky_tests(observations)),
         recommended_next_action=recommended_next_action(decision.stop_reason, incident_id),
-        keys=_HANDOFF_KEYS,
+        keys=every_key(Handoff),
     )
 
 
@@ -239,8 +227,6 @@ def naming_changes(line: str, stop_reason: Optional[str], changed: Sequence[str]
     return Line(f"{line} ({first_few(changed)} changed since the capture)", stop_tone(stop_reason))
 
 
-# --------------------------------------------------------------------------- tests without a verdict
-
 # A selected test that ran to no verdict, by outcome: how every surface names it.
 UNVERIFIED: tuple[tuple[str, str], ...] = (
     (OUTCOME_SKIPPED, "skipped"),
@@ -249,8 +235,7 @@ UNVERIFIED: tuple[tuple[str, str], ...] = (
 
 
 def unverified_tests(outcomes: Mapping[str, str], not_run: Collection[str] = ()) -> list[tuple[str, list[str]]]:
-    """``(label, node ids)`` of the selected tests a verification ran to no verdict (skipped,
-    or absent); ``not_run`` keep their last outcome."""
+    """``(label, node ids)`` of the selected tests that ran to no verdict (``not_run``: their last outcome kept)."""
     found: list[tuple[str, list[str]]] = []
     for outcome, label in UNVERIFIED:
         nodeids = [n for n, o in outcomes.items() if o == outcome and n not in not_run]

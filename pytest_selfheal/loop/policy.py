@@ -9,12 +9,12 @@ transparent to the progress, repeat and no-progress counters.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from pytest_selfheal.config.keys import Settings
 from pytest_selfheal.errors import InputError
-from pytest_selfheal.records.attempt import Attempt, Decision
+from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import Failure, Incident
 from pytest_selfheal.records.jsondoc import fields_of
 from pytest_selfheal.records.models import (
@@ -70,11 +70,6 @@ NO_FIX_FOUND_LIMIT = 2
 # A "repeat" needs two sightings, whatever error_fingerprint_repeats says.
 MIN_FINGERPRINT_REPEATS = 2
 
-# Seed defaults (RALF Lite "Default Settings"); no time-based stop unless configured.
-DEFAULT_MAX_ITERATIONS = 3
-DEFAULT_ERROR_FINGERPRINT_REPEATS = 2
-DEFAULT_NO_PROGRESS_REPEATS = 2
-
 # Progress reasons, in the order they are listed.
 PROGRESS_TESTS_FIXED = "tests_fixed"
 PROGRESS_FINGERPRINT_CHANGED = "fingerprint_changed"
@@ -96,13 +91,13 @@ HARNESS_CHANGED = "harness_changed"
 
 @dataclass(frozen=True)
 class LoopPolicy:
-    """The loop-relevant part of the effective ``ralf_lite`` config (the ``apply_to`` flags
-    are :func:`loop_selection`'s)."""
+    """The loop-relevant part of the effective ``ralf_lite`` config (``apply_to``: :func:`loop_selection`'s).
+    The defaults are RALF Lite's; no time-based stop unless configured."""
 
     enabled: bool = True
-    max_iterations: int = DEFAULT_MAX_ITERATIONS
-    error_fingerprint_repeats: int = DEFAULT_ERROR_FINGERPRINT_REPEATS
-    no_progress_repeats: int = DEFAULT_NO_PROGRESS_REPEATS
+    max_iterations: int = 3
+    error_fingerprint_repeats: int = 2
+    no_progress_repeats: int = 2
     auto_replan_on_no_progress: bool = False
     max_runtime_minutes: Optional[float] = None
     auto_tasks: bool = True
@@ -132,11 +127,9 @@ def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: C
     """Apply ``enabled`` and ``apply_to`` to the incident's failing node ids (a ``tdd`` test
     is expected to fail until its feature exists)."""
     tdd = set(tdd_nodeids)
-    keep: list[str] = []
-    excluded: list[str] = []
-    for nodeid in nodeids:
-        allowed = policy.tdd_tasks if nodeid in tdd else policy.auto_tasks
-        (keep if allowed else excluded).append(nodeid)
+    allowed = [policy.tdd_tasks if nodeid in tdd else policy.auto_tasks for nodeid in nodeids]
+    keep = [n for n, ok in zip(nodeids, allowed) if ok]
+    excluded = [n for n, ok in zip(nodeids, allowed) if not ok]
     refused: Optional[str] = None
     if not policy.enabled:
         refused = "the loop is disabled (ralf_lite.enabled is false)"
@@ -149,8 +142,7 @@ def loop_selection(policy: LoopPolicy, nodeids: Sequence[str], *, tdd_nodeids: C
 
 @dataclass(frozen=True)
 class Observation:
-    """What one iteration observed (0: the capture); one per attempt. ``fingerprints`` and
-    ``failure_types``: one per failure, in order."""
+    """What one iteration observed (0: the capture); ``fingerprints``, ``failure_types``: one per failure."""
 
     iteration: int
     outcomes: Mapping[str, str]  # nodeid -> passed|failed|error|skipped|missing
@@ -169,11 +161,7 @@ class Observation:
     regressions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        # Accept lists from JSON; the dataclass stays immutable and comparable.
-        object.__setattr__(self, "fingerprints", tuple(self.fingerprints))
-        object.__setattr__(self, "failure_types", tuple(self.failure_types))
-        object.__setattr__(self, "outcomes", dict(self.outcomes))
-        object.__setattr__(self, "regressions", tuple(self.regressions))
+        object.__setattr__(self, "outcomes", dict(self.outcomes))  # comparable, whatever mapping it came as
         if len(self.fingerprints) != len(self.failure_types):
             raise ValueError("fingerprints and failure_types must have the same length (one per failure)")
         if self.repair_result is not None and self.repair_result not in REPAIR_RESULTS:
@@ -194,29 +182,22 @@ DECISION_KEYS = tuple(f.key for f in fields_of(Decision))  # a decision made her
 
 def progress_signal(progress: bool, reasons: tuple[str, ...], fingerprint_changed: bool,
                     tests_fixed: tuple[str, ...] = ()) -> Decision:
-    """The progress signal of one iteration over the previous one: a decision not yet taken.
-    ``reasons``: tests_fixed | fingerprint_changed | diff_changed, or why it was not judged."""
+    """The progress of one iteration over the previous one: a decision not yet taken."""
     return Decision(progress=progress, progress_reasons=reasons, fingerprint_changed=fingerprint_changed,
                     tests_fixed=tests_fixed)
 
 
-def decision(action: str, stop_reason: Optional[str], final_status: Optional[str], progress: Decision,
-             same_error_repeats: int, no_progress_streak: int, retry_timeout: bool, message: str,
-             iteration: int = 0, conditions: tuple[str, ...] = ()) -> Decision:
-    """What to do after the latest observation, and why, with its ``progress`` signal."""
-    return Decision(
-        action=action, stop_reason=stop_reason, final_status=final_status, progress=progress.progress,
-        progress_reasons=progress.progress_reasons, fingerprint_changed=progress.fingerprint_changed,
-        tests_fixed=progress.tests_fixed, same_error_repeats=same_error_repeats,
-        no_progress_streak=no_progress_streak, retry_timeout=retry_timeout, message=message,
-        iteration=iteration, conditions=conditions, keys=DECISION_KEYS,
-    )
+def decision(progress: Decision, stop_reason: Optional[str], message: str, iteration: int, same: int = 0,
+             streak: int = 0, retry: bool = False, conditions: tuple[str, ...] = ()) -> Decision:
+    """``progress`` decided: a stop for ``stop_reason``, else continue; ``message`` says why."""
+    return replace(progress, action=ACTION_STOP if stop_reason else ACTION_CONTINUE, stop_reason=stop_reason,
+                   final_status=final_status_of(stop_reason), same_error_repeats=same, no_progress_streak=streak,
+                   retry_timeout=retry, message=message, iteration=iteration, conditions=conditions, keys=DECISION_KEYS)
 
 
 def open_stop(reason: str, message: str, iteration: int) -> Decision:
-    """A stop decided before any run was compared, which leaves the incident open."""
-    return decision(ACTION_STOP, reason, None, progress_signal(False, (BASELINE,), False), 0, 0, False, message,
-                    iteration, (reason,))
+    """A stop decided before any run was compared (cancelled, disabled), which leaves the incident open."""
+    return decision(progress_signal(False, (BASELINE,), False), reason, message, iteration, conditions=(reason,))
 
 
 def is_success(observation: Observation) -> bool:
@@ -290,8 +271,8 @@ def flaky_change(prev: Observation, cur: Observation) -> bool:
 
 
 def progress_between(prev: Optional[Observation], cur: Observation) -> Decision:
-    """The progress of ``cur`` over ``prev``: a test fixed, a new fingerprint (a different,
-    downstream error), or the code changed. An iteration without new evidence is none."""
+    """The progress of ``cur`` over ``prev``: a test fixed, a new fingerprint (a downstream error), or the code
+    changed. An iteration without new evidence is none."""
     if is_timeout(cur):
         return progress_signal(False, ("timeout",), False)
     if is_no_fix(cur):
@@ -332,8 +313,7 @@ def _only_no_verdict(prev: Observation, cur: Observation, fixed: Sequence[str]) 
 
 
 def same_error_repeats(observations: Sequence[Observation]) -> int:
-    """Consecutive sightings of the latest evidence's fingerprint set, capture included
-    (0 when it has no failure)."""
+    """Consecutive sightings of the latest evidence's fingerprint set, capture included (0: no failure)."""
     evidence = [o for o in observations if is_evidence(o)]
     if not evidence or not evidence[-1].fingerprints:
         return 0
@@ -349,8 +329,7 @@ def same_error_repeats(observations: Sequence[Observation]) -> int:
 
 
 def no_progress_streak(observations: Sequence[Observation]) -> int:
-    """Consecutive no-progress iterations ending at the latest evidence; the first evidence
-    (nothing tried yet) counts as one."""
+    """Consecutive no-progress iterations ending at the latest evidence (the first, nothing tried yet, counts)."""
     evidence = [o for o in observations if is_evidence(o)]
     if not evidence:
         return 0
@@ -362,10 +341,8 @@ def no_progress_streak(observations: Sequence[Observation]) -> int:
     return count + 1
 
 
-
 def flaky_tests(observations: Sequence[Observation]) -> list[str]:
-    """Tests that failed and later passed with no code change in between (no repair diff,
-    no two consecutive known diff hashes differ)."""
+    """Tests that failed and later passed with no code change in between (no repair diff, no hash change)."""
     flaky: list[str] = []
     for i, first in enumerate(observations):
         for nodeid, outcome in first.outcomes.items():
@@ -430,8 +407,7 @@ def final_status_of(stop_reason: Optional[str]) -> Optional[FinalStatus]:
 
 
 def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) -> Observation:
-    """Observation 0 from ``incident.json``; a failure without a test identity or a
-    fingerprint cannot be compared (``InputError``)."""
+    """Observation 0 from ``incident.json`` (``InputError``: a failure without test identity or fingerprint)."""
     outcomes: dict[str, str] = {}
     for index, failure in enumerate(incident.failures):
         nodeid = failure.nodeid or failure.test
@@ -443,15 +419,17 @@ def capture_observation(incident: Incident, *, diff_hash: Optional[str] = None) 
 
 
 def observed(iteration: int, outcomes: Mapping[str, str], failures: Sequence[Failure], diff_hash: Optional[str],
-              **more: Any) -> Observation:
+             repair: Optional[RepairBlock] = None, **more: Any) -> Observation:
+    """What a run saw, with its repair call's verdict (None: no provider) and whether the provider escaped."""
     return Observation(iteration, outcomes, tuple(f.fingerprint for f in failures),
                        tuple(f.failure_type or "UNKNOWN" for f in failures), diff_hash,
-                       environment=environment_of(failures), **more)
+                       environment=environment_of(failures),
+                       repair_result=(repair.result or None) if repair is not None else None,
+                       provider_escaped=repair is not None and bool(repair.get_extra(StopReason.PROVIDER_ESCAPED)), **more)
 
 
 def environment_of(failures: Sequence[Failure]) -> Optional[str]:
-    """``"message (test)"`` of the first TOOLING_ENV failure (a missing module, a command
-    not found), or None: what a ``tooling_env`` stop names as its cause."""
+    """``"message (test)"`` of the first TOOLING_ENV failure: what a ``tooling_env`` stop names as its cause."""
     for failure in failures:
         if failure.failure_type == TOOLING_ENV:
             message = " ".join((failure.message or "").split())[:300] or "no message recorded"
@@ -461,18 +439,15 @@ def environment_of(failures: Sequence[Failure]) -> Optional[str]:
 
 
 def observation_from_attempt(attempt: Attempt) -> Observation:
-    """The observation recorded in an ``attempt_XX.json`` (``InputError`` for a failure
-    without a fingerprint)."""
+    """The observation recorded in an ``attempt_XX.json`` (``InputError``: a failure without a fingerprint)."""
     for index, failure in enumerate(attempt.failures):
         if not failure.fingerprint:
             raise InputError(f"attempt_{attempt.iteration:02d}.json: failures[{index}] has no fingerprint")
-    repair = attempt.repair
     try:
         return observed(
-            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash,
-            timed_out=bool(attempt.timed_out), repair_result=(repair.result or None) if repair is not None else None,
-            scope_denied=bool(attempt.scope_denied), tests_edited=tuple(attempt.tests_edited),
-            harness_changed=tuple(attempt.harness_changed), regressions=tuple(attempt.regressions),
-            provider_escaped=bool(repair is not None and repair.get_extra(StopReason.PROVIDER_ESCAPED)))
+            attempt.iteration, dict(attempt.outcomes), attempt.failures, attempt.diff_hash, attempt.repair,
+            timed_out=bool(attempt.timed_out), scope_denied=bool(attempt.scope_denied),
+            tests_edited=tuple(attempt.tests_edited), harness_changed=tuple(attempt.harness_changed),
+            regressions=tuple(attempt.regressions))
     except ValueError as exc:  # an unknown repair result
         raise InputError(f"attempt_{attempt.iteration:02d}.json: not a valid attempt record ({exc})") from None

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -26,18 +26,16 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.loop.invocation import start_dir
-from pytest_selfheal.loop.verify import Verifier, read_cases
+from pytest_selfheal.loop.state import read_context
+from pytest_selfheal.loop.verify import Verifier, read_cases, start_dir, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
-from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store.root import Store
 
 AFFECTED = "affected"
-FULL = "full"
 OFF = "off"
 
 # Directories never searched for project modules: tools', environments', build output.
@@ -84,13 +82,10 @@ class RegressionCheck:
         notes += list(self.intermittent[:3])
         return f"the regression check ran {self.ran} test(s) ({scope})" + "".join(f"; {n}" for n in notes)
 
-
-
 def _broke(fixed: Sequence[str], broken: Sequence[str]) -> str:
     # Bounded for one line (the attempt and the report keep them all).
-    def named(nodeids: Sequence[str]) -> str:
-        return first_few([f"`{short_name(n)}`" for n in nodeids])
-    return (f"fixed {named(fixed)}; " if fixed else "the selection passes; ") + f"broke {named(broken)}"
+    fixed_text = f"fixed {first_few([f'`{short_name(n)}`' for n in fixed])}; " if fixed else "the selection passes; "
+    return fixed_text + f"broke {first_few([f'`{short_name(n)}`' for n in broken])}"
 
 
 def regression_words(fixed: Sequence[str], broken: Sequence[str], tests_run: Optional[int]) -> str:
@@ -116,8 +111,7 @@ def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionChe
 
 
 def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
-    """The files below ``tree`` that differ from ``commit``, untracked ones included; None
-    when git cannot say."""
+    """The files below ``tree`` that differ from ``commit``, untracked included; None when git cannot say."""
     if not commit:
         return None
     try:
@@ -132,13 +126,9 @@ def changed_files(tree: Path, commit: Optional[str]) -> Optional[list[str]]:
                    and not any(part.startswith(".") or part == "__pycache__" for part in n.split("/")[:-1])})
 
 
-def _module_names(rel: str) -> list[str]:
-    """Every dotted name ``rel`` may be imported as: ``src/pkg/mod.py`` → ``src.pkg.mod``,
-    ``pkg.mod``, ``mod`` (a src layout, a rootdir on ``sys.path``, pytest's rootdir insertion)."""
+def _module_parts(rel: str) -> list[str]:
     parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return [".".join(parts[i:]) for i in range(len(parts))]
+    return parts[:-1] if parts[-1] == "__init__" else parts
 
 
 @dataclass(frozen=True)
@@ -147,19 +137,19 @@ class _Refs:
 
     names: set[str]
     words: set[str]  # dotted words of its strings
-    dynamic: bool  # imports by a computed name
-    acts_on_tests: bool  # defines fixtures or ``pytest_*`` hooks: acts on tests that do not import it
-    patches: bool  # assigns to another module's attribute: acts on code that never imports it
+    unknown: bool  # does not parse, or imports by a computed name: may reach anything
+    acts_on_tests: bool = False  # defines fixtures or ``pytest_*`` hooks: acts on tests that do not import it
+    patches: bool = False  # assigns to another module's attribute: acts on code that never imports it
 
 
-def _imports(rel: str, source: bytes) -> Optional[_Refs]:
-    """The names a module refers to; None when it does not parse. A dotted word of a string
-    counts too (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by
-    name in more ways than ``import``."""
+def _imports(rel: str, root: Path) -> _Refs:
+    """The names a module refers to. A dotted word of a string counts too
+    (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by name in more
+    ways than ``import``."""
     try:
-        tree = ast.parse(source, rel)
-    except (SyntaxError, ValueError):
-        return None
+        tree = ast.parse((root / rel).read_bytes(), rel)
+    except (OSError, SyntaxError, ValueError):
+        return _Refs(set(), set(), True)
     names: set[str] = set()
     words: set[str] = set()
     bound: set[str] = set()  # the names its imports bind
@@ -211,9 +201,7 @@ def _called(func: ast.expr) -> str:
 def _whole_name(root: Path, rel: str) -> str:
     """``rel``'s dotted name from its top package (the first folder up that is no package):
     ``src/shop/cart.py`` → ``shop.cart``, ``calc.py`` → ``calc``."""
-    parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
+    parts = _module_parts(rel)
     top = len(parts) - 1
     while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
         top -= 1
@@ -221,8 +209,7 @@ def _whole_name(root: Path, rel: str) -> str:
 
 
 def project_files(root: Path, skip: Collection[Path], ignored: Collection[str] = _SKIPPED_DIRS) -> Iterator[str]:
-    """The files below ``root`` (relative POSIX paths), outside hidden folders, environments,
-    folders named in ``ignored`` and the ``skip`` folders."""
+    """The files below ``root`` (relative POSIX paths), outside hidden, ``ignored``, ``skip`` and venv folders."""
     skipped = {p.resolve() for p in skip}
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -251,36 +238,24 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
             code.append(rel)
     if not code:
         return []
+    # Every dotted name a module may be imported as (``src/pkg/mod.py``: ``src.pkg.mod``, ``pkg.mod``,
+    # ``mod``), and its name from its top package: what a string names.
     by_name: dict[str, set[str]] = {}
-    by_whole_name: dict[str, set[str]] = {}  # the name from its top package: what a string names
-    graph: dict[str, set[str]] = {}
-    unknown: set[str] = set()  # does not parse, or imports by a computed name
-    acting: set[str] = set()  # defines fixtures or hooks
-    patching: set[str] = set()  # assigns to another module's attributes
-    strings: dict[str, set[str]] = {}
+    by_whole_name: dict[str, set[str]] = {}
+    graph: dict[str, _Refs] = {}
     for rel in (f for f in project_files(root, skip) if f.endswith(".py")):
-        for name in _module_names(rel):
-            by_name.setdefault(name, set()).add(rel)
+        parts = _module_parts(rel)
+        for i in range(len(parts)):
+            by_name.setdefault(".".join(parts[i:]), set()).add(rel)
         by_whole_name.setdefault(_whole_name(root, rel), set()).add(rel)
-        try:
-            found = _imports(rel, (root / rel).read_bytes())
-        except OSError:
-            found = None
-        if found is None or found.dynamic:
-            unknown.add(rel)
-        if found is not None and found.acts_on_tests:
-            acting.add(rel)
-        if found is not None and found.patches:
-            patching.add(rel)
-        graph[rel] = set() if found is None else found.names
-        strings[rel] = set() if found is None else found.words
-    edges = {rel: ({f for name in names for f in by_name.get(name, ())}
-                   | {f for word in strings[rel] for f in by_whole_name.get(word, ())}) - {rel}
-             for rel, names in graph.items()}
+        graph[rel] = _imports(rel, root)
+    edges = {rel: ({f for name in refs.names for f in by_name.get(name, ())}
+                   | {f for word in refs.words for f in by_whole_name.get(word, ())}) - {rel}
+             for rel, refs in graph.items()}
     imported = {f for targets in edges.values() for f in targets}
     if any(rel not in imported and not is_test_file(rel) for rel in code):
         return None  # nothing imports it by name: a plugin, a script, an import at run time
-    if any(rel in patching for rel in code):
+    if any(rel in graph and graph[rel].patches for rel in code):
         return None  # it changes other modules (``json.loads = …``): any test in the process
     # Reverse reachability: who imports (transitively) a changed module, or a module of unknown imports.
     importers: dict[str, set[str]] = {}
@@ -288,7 +263,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
         for target in targets:
             importers.setdefault(target, set()).add(rel)
     reached: set[str] = set()
-    todo = [*code, *unknown]
+    todo = [*code, *(rel for rel, refs in graph.items() if refs.unknown)]
     while todo:
         rel = todo.pop()
         if rel in reached:
@@ -305,7 +280,7 @@ def affected_test_files(root: Path, changed: Sequence[str], *, skip: Collection[
         folder, _, name = rel.rpartition("/")
         if name in ("conftest.py", "__init__.py"):
             below.append(f"{folder}/" if folder else "")
-        elif rel in acting:
+        elif rel in graph and graph[rel].acts_on_tests:
             return None
     return sorted(rel for rel in graph if (rel in reached or any(rel.startswith(b) for b in below))
                   and is_test_file(rel) and (root / rel).is_file())
@@ -407,21 +382,19 @@ def captured_code(tree: Path, commit: Optional[str], scratch: Path,
             run_git(top, ["worktree", "remove", "--force", "--force", str(path)], hooks_dir=hooks)
         except GitFailed:
             shutil.rmtree(path, ignore_errors=True)
-            try:
+            with suppress(GitFailed):
                 run_git(top, ["worktree", "prune"], hooks_dir=hooks)
-            except GitFailed:
-                pass
 
 
-def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Verifier, base_argv: Sequence[str],
-                      trusted: Sequence[str], whole_command: Sequence[str], selection: Collection[str],
+def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Verifier, trusted: Sequence[str],
+                      whole_command: Sequence[str], selection: Collection[str], base_argv: Sequence[str] = BASE_ARGV,
                       budget_seconds: float, commit: Optional[str], captured_tree: Optional[Path] = None,
                       clean_capture: bool = True, env: Optional[Mapping[str, str]] = None,
                       invocation_dir: Optional[Path] = None, selection_file: Optional[Path] = None,
                       rules: Sequence[Rule] = (), redactor: Optional[Redactor] = None, skip: Collection[Path] = (),
                       spectrum: Mapping[str, Collection[FunctionKey]] = {},
-                      this_run: Optional[RunOutcomes] = None) -> Optional[RegressionCheck]:
-    """Run the regression check of the code in ``tree``; None when ``mode`` is ``off``.
+                      this_run: Optional[RunOutcomes] = None) -> RegressionCheck:
+    """Run the regression check (``mode``: affected or full) of the code in ``tree``.
 
     ``trusted``: appended like to every verification command; ``whole_command``: the
     capture's selection words; ``selection``: judged by the iteration itself.
@@ -430,8 +403,6 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
     capture saw other code than its commit). ``this_run``: the run asking for the check,
     whose outcomes stand for the tests it ran.
     """
-    if mode == OFF:
-        return None
     started = time.monotonic()
     known = set(selection) | set(incident.nodeids) | {f.nodeid or f.test for f in incident.failures}
     known_identities = {"::".join(p for p in mangle_nodeid(n) if p) for n in known}
@@ -557,13 +528,13 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
     return check_regressions(
-        mode=settings.regression, incident=incident, tree=tree, runner=runner, base_argv=BASE_ARGV,
-        trusted=[*incident.pytest_options, *settings.args], whole_command=whole, selection=list(outcomes),
-        budget_seconds=float(effective.get("verification.regression_budget_seconds")), commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
-        invocation_dir=start_dir(tree, incident.invocation_dir), selection_file=store.selection_file(
-            incident.incident_id, REGRESSION_SELECTION), rules=rules, redactor=effective.redactor, skip=[store.root],
-        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE), this_run=this_run,
-    )
+        mode=settings.regression, incident=incident, tree=tree, runner=runner, trusted=trusted_options(incident, effective),
+        whole_command=whole, selection=list(outcomes), budget_seconds=float(settings.regression_budget_seconds),
+        commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
+        invocation_dir=start_dir(tree, incident.invocation_dir),
+        selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION), rules=rules,
+        redactor=effective.redactor, skip=[store.root], this_run=this_run,
+        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE))
 
 
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
@@ -578,16 +549,8 @@ def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
         return {}
 
 
-def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
-    try:
-        return store.read_context(incident_id)
-    except SelfhealError:
-        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
-
-
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
-    """Whether a run of ``run_words`` runs every test the capture's words select (none:
-    pytest's default selection, the widest a run has)."""
+    """Whether a run of ``run_words`` runs every test ``capture`` selects (no words: pytest's default, the widest)."""
     if not run_words or any(w in ("", ".") for w in run_words):
         return True
     return bool(capture) and all(

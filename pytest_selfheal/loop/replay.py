@@ -10,15 +10,13 @@ from typing import Optional, Union
 
 from pytest_selfheal.errors import InputError
 from pytest_selfheal.loop.policy import final_status_of, stop_history_after, stop_is_history
-from pytest_selfheal.loop.state import LoopRun, RunRecords, read_records, verification_event
+from pytest_selfheal.loop.state import LoopRun, RunRecords, logged_status, read_records, verification_event
 from pytest_selfheal.names import archived_path
 from pytest_selfheal.records.loop_state import COMPARED_KEYS, LoopState, ReplayIteration, ReplayStop
 from pytest_selfheal.store.events import (
     INCIDENT_ARCHIVED,
-    INCIDENT_CAPTURED,
     INCIDENT_REOPENED,
     LOOP_STOPPED,
-    STATUS_CHANGED,
     VERIFICATION_FINISHED,
     Event,
 )
@@ -63,7 +61,6 @@ def replay(events: Sequence[Event]) -> LoopState:
     """The loop state rebuilt from the events alone; ``loop_stops`` lists every stop the log
     holds (not compared). The last record of an iteration number wins."""
     incident_id: Optional[str] = None
-    status: Optional[str] = None
     bucket = INBOX
     archived_to: Optional[str] = None
     by_number: dict[int, ReplayIteration] = {}
@@ -74,11 +71,7 @@ def replay(events: Sequence[Event]) -> LoopState:
         name = record.event
         if incident_id is None and record.incident_id is not None:
             incident_id = record.incident_id
-        if name == INCIDENT_CAPTURED:
-            status = str(record.get("status") or "new")
-        elif name == STATUS_CHANGED and isinstance(record.get("to"), str):
-            status = str(record.get("to"))
-        elif name == INCIDENT_ARCHIVED:
+        if name == INCIDENT_ARCHIVED:
             bucket = str(record.get("bucket") or bucket)
             archived_to = record.get("archived_to") if isinstance(record.get("archived_to"), str) else archived_to
         elif name == INCIDENT_REOPENED:
@@ -95,7 +88,7 @@ def replay(events: Sequence[Event]) -> LoopState:
             if stop.final_status:
                 closing = stop
     iterations = [by_number[k] for k in sorted(by_number)]
-    return _state(incident_id, status, bucket, iterations, closing, archived_to, reopened, stops)
+    return _state(incident_id, logged_status(events), bucket, iterations, closing, archived_to, reopened, stops)
 
 
 def state_from_disk(store: Store, incident_id: str) -> LoopState:

@@ -26,15 +26,14 @@ from pytest_selfheal.config.seal import (
 )
 from pytest_selfheal.config.settings import EffectiveConfig, judging_values, under_judging
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.loop.invocation import start_dir
 from pytest_selfheal.loop.regression import (
     BASE_ARGV,
     REGRESSION_SELECTION,
     captured_code,
     project_files,
-    read_context,
 )
-from pytest_selfheal.loop.verify import Verifier, observe, run_selection, trusted_options
+from pytest_selfheal.loop.state import read_context
+from pytest_selfheal.loop.verify import observe, run_selection, start_dir, trusted_options
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
@@ -47,8 +46,7 @@ NOT_APPLIED = "changed since the capture: not applied to incident"
 
 
 def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[EffectiveConfig, Optional[str]]:
-    """``effective`` under ``incident``'s judging keys, and the line naming the keys edited
-    since its capture (None when none was, or the incident has no seal)."""
+    """``effective`` under ``incident``'s judging keys, and the line naming those edited since (None: none was)."""
     if incident.seal is None:
         return effective, None
     recorded = incident.seal.judging
@@ -86,8 +84,7 @@ def _plan_of(store: Store, incident_id: str) -> Optional[Plan]:
 
 
 def take_fresh_seal(store: Store, incident_id: str, root: Path, effective: EffectiveConfig) -> None:
-    """After a person confirmed it at a terminal (``selfheal reopen --new-seal``): the seal
-    taken again in ``root`` with today's judging keys."""
+    """``selfheal reopen --new-seal``, confirmed by a person: the seal taken again with today's judging keys."""
     seal = fresh_seal(store.read_incident(incident_id), root, effective)
     if seal is not None:
         judging.accept(store.root, store.update_incident(incident_id, seal=seal.to_json()), _plan_of(store, incident_id),
@@ -100,8 +97,6 @@ def fresh_seal(incident: Incident, root: Path, effective: EffectiveConfig) -> Op
         return None
     return reseal(incident.seal, root, judging=judging_values(effective))
 
-
-# --------------------------------------------------------------------------- a new seal is a capture's trust
 
 # Folders whose files never take part in a test run of the project: tools', caches, environments.
 _NOT_THE_PROJECT = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
@@ -141,8 +136,7 @@ def _rebuild(tree: Path, base: Path, incident: Incident, sealed: Iterable[str], 
             shutil.copyfile(source, target)
 
 
-def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig, *,
-                             runner: Verifier = run_selection) -> dict[str, str]:
+def passing_without_the_code(store: Store, incident: Incident, root: Path, effective: EffectiveConfig) -> dict[str, str]:
     """The incident's failing tests (with their outcome) that do not fail on the captured code
     under what is in ``root`` now: a new seal would accept a cheat, as no capture would.
     ``RefusedError`` when the captured code cannot be rebuilt."""
@@ -160,7 +154,7 @@ def passing_without_the_code(store: Store, incident: Incident, root: Path, effec
                                "the capture), so the failing tests cannot be run on it")
         now = fresh_seal(incident, root, effective)
         _rebuild(root, base, incident, now.files if now is not None else (), Path(store.root).resolve(), dirty)
-        ran = runner([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
+        ran = run_selection([*BASE_ARGV, *selection, *trusted_options(incident, effective)], cwd=base,
                      junit_path=Path(tmp) / "new_seal.xml", timeout_seconds=float(settings.timeout_seconds),
                      invocation_dir=start_dir(base, incident.invocation_dir),
                      selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION))

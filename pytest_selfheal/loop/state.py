@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from pytest_selfheal.errors import InputError, NotFoundError, StoreIOError
+from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import clean_tree_hash
 from pytest_selfheal.loop import policy
 from pytest_selfheal.records.attempt import Attempt, Decision
@@ -66,13 +66,10 @@ class LoopRun:
     events: list[Event]
     capture_hash: Optional[str]  # the capture's diff hash (observation 0 of a first run)
 
-    # ------------------------------------------------------------------ reading
-
     @classmethod
     def read(cls, store: Store, incident_id: str, incident: Optional[Incident] = None,
              plan: Optional[Plan] = None) -> LoopRun:
-        """The state from the files, each read once; ``incident``, ``plan``: as the caller
-        already read them."""
+        """The state from the files, each read once (``incident``, ``plan``: as the caller read them)."""
         records = read_records(store, incident_id)
         incident = incident or store.read_incident(records.incident_id)
         iid = incident.incident_id
@@ -101,8 +98,6 @@ class LoopRun:
         for field in dataclasses.fields(self):
             setattr(self, field.name, getattr(fresh, field.name))
 
-    # ------------------------------------------------------------------ derived
-
     @property
     def incident_id(self) -> str:
         return self.incident.incident_id
@@ -122,8 +117,7 @@ class LoopRun:
         return self.plan if self.plan is not None else self.store.read_plan(self.incident_id)
 
     def observations(self) -> list[policy.Observation]:
-        """The current loop run's: the capture (or the previous run's last attempt, without its
-        repair call's verdict), then one per attempt."""
+        """The capture (or the previous run's last attempt, without its repair's verdict), then one per attempt."""
         baseline, run = self.split()
         if baseline is None:
             diff = self.capture_hash if self.capture_hash is not None else self.incident.diff_hash or None
@@ -146,8 +140,6 @@ class LoopRun:
         replanned_at = self.plan.replanned_at_iteration if self.plan is not None else None
         return pending_stop(self.attempts, self.run_result, self.status, replanned_at,
                             policy.stop_history_after(self.incident))
-
-    # ------------------------------------------------------------------ writing through
 
     def set_status(self, new: str, **data: Any) -> None:
         self.incident = self.store.set_status(self.incident_id, new, held=(self.status, self.incident), **data)
@@ -175,11 +167,8 @@ class LoopRun:
         self.bucket = self.status = bucket
         self.incident = dataclasses.replace(self.incident, status=bucket)
 
-    # ------------------------------------------------------------------ crash recovery
-
     def recover_events(self) -> None:
-        """Append (``recovered: true``) the events a kill between a file and its log line lost,
-        so ``selfheal replay`` equals the disk. Call under the store lock."""
+        """Append (``recovered: true``) the events a kill lost, so ``selfheal replay`` equals the disk (store lock held)."""
         records = list(self.events)
         for attempt in self.attempts:
             iteration = attempt.iteration
@@ -189,12 +178,13 @@ class LoopRun:
             if repeats >= 2 and not has_event(records, ev.REPEATED_FAILURE_DETECTED, iteration=iteration):
                 self.append_event(ev.REPEATED_FAILURE_DETECTED, recovered=True,
                                   **repeated_failure_event(attempt, repeats).data)
-        logged = _logged_status(records)
+        logged = logged_status(records)
         if logged is not None and logged != self.status:
             self.append_event(ev.STATUS_CHANGED, **{"from": logged, "to": self.status, "recovered": True})
 
 
-def _logged_status(records: list[Event]) -> Optional[str]:
+def logged_status(records: Sequence[Event]) -> Optional[str]:
+    """The status the event log says the incident is in (None: no status event)."""
     status: Optional[str] = None
     for record in records:
         if record.event == ev.INCIDENT_CAPTURED:
@@ -249,8 +239,7 @@ def split_runs(
 
 
 def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) -> Optional[str]:
-    """The working-tree diff hash at capture time: recorded, or a clean tree's at the
-    commit ``context.json`` names; None when unknown."""
+    """The capture's diff hash: recorded, or a clean tree's at the commit ``context.json`` names; None: unknown."""
     if incident.diff_hash:
         return incident.diff_hash
     commit = context.git.clean_commit if context is not None and context.git is not None else None
@@ -258,15 +247,15 @@ def capture_diff_hash(incident: Incident, context: Optional[RunContext] = None) 
 
 
 def capture_hash_on_disk(store: Store, incident_id: str, incident: Incident) -> Optional[str]:
-    """:func:`capture_diff_hash`, reading ``context.json`` only when needed (a bad one never
-    blocks the loop)."""
-    if incident.diff_hash:
-        return incident.diff_hash
+    """:func:`capture_diff_hash`, reading ``context.json`` only when needed (a bad one never blocks the loop)."""
+    return capture_diff_hash(incident, None if incident.diff_hash else read_context(store, incident_id))
+
+
+def read_context(store: Store, incident_id: str) -> Optional[RunContext]:
     try:
-        context = store.read_context(incident_id)
-    except (InputError, NotFoundError, StoreIOError):
-        return None
-    return capture_diff_hash(incident, context)
+        return store.read_context(incident_id)
+    except SelfhealError:
+        return None  # gone or unreadable: nothing to compare with (the judging records call it an edit)
 
 
 def _decision_from_record(data: Decision) -> Decision:
@@ -301,9 +290,6 @@ def pending_stop(attempts: Sequence[Attempt], run_result: Optional[RunResult], s
     ):
         return None
     return decision
-
-
-# --------------------------------------------------------------------------- events
 
 
 def _recorded(attempt: Attempt, key: str) -> Any:

@@ -70,7 +70,7 @@ class StoppedIncident:
 
     @property
     def exhausted(self) -> bool:
-            return self.remaining == 0
+        return self.remaining == 0
 
 
 @dataclass(frozen=True)
@@ -223,11 +223,8 @@ def match_stopped(
     return matches, rest
 
 
-
-
 def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
-    """The parseable status line of an already-stopped run (:func:`parse_already_stopped`
-    reads it back); ``max_iterations``: today's, when the stopped run did not record its own."""
+    """The parseable line of an already-stopped run (``max_iterations``: when the run recorded none)."""
     stopped = match.incident
     if stopped.max_iterations is not None:
         max_iterations = stopped.max_iterations
@@ -238,7 +235,6 @@ def already_stopped_line(match: StickyMatch, max_iterations: int) -> str:
     return Line(f"{iteration_prefix(stopped.incident_id, stopped.iteration, max_iterations)}: "
                 f"{held} already stopped ({stopped.stop_reason}), {why} "
                 f"-> STOP {ALREADY_STOPPED}", Tone.BAD)
-
 
 
 NO_VERDICT = "this run reaches no verdict on it"
@@ -260,8 +256,7 @@ PASSED_AFTER_STOP = "pass in this run, which is no iteration of it"
 
 
 def passed_after_stop_line(match: StickyMatch) -> str:
-    """A run that passed every test a stopped incident failed, its test code unchanged: a
-    plain green run, and the incident stays as its stop left it."""
+    """A run passing every test a stopped incident failed, its test code unchanged: it stays as it stopped."""
     stopped = match.incident
     failed = sorted(stopped.failing)
     return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); the {len(failed)} "

@@ -22,8 +22,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
-from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments
-from pytest_selfheal.loop.invocation import from_invocation_dir
+from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root
 from pytest_selfheal.names import (
     COMPARISONS_PLUGIN,
     PASS_HOOK_OPTION,
@@ -82,7 +81,27 @@ def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]
     return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
-# --------------------------------------------------------------------------- allowlist
+# Where a verification starts: the directory the capture ran pytest from (tests reading relative paths
+# pass or fail depending on it).
+def start_dir(root: Path, recorded: Optional[str]) -> Optional[Path]:
+    """``root / recorded`` when it is a directory inside ``root`` (a hand-edited value cannot
+    move the run elsewhere), else None: the run starts at ``root``."""
+    if not recorded or not inside_root(recorded, root):
+        return None
+    where = (Path(root).resolve() / recorded).resolve()
+    return where if where != Path(root).resolve() and where.is_dir() else None
+
+
+def from_invocation_dir(argv: Sequence[str], rootdir: Path, start: Path, *, skip: int = 1) -> list[str]:
+    """``argv`` with every word after the first ``skip`` naming a path under ``rootdir`` relative to ``start``."""
+    out = list(argv)
+    for index in range(skip, len(out)):
+        word = out[index]
+        path = word.split("::", 1)[0]
+        if word.startswith("-") or not path or Path(path).is_absolute() or not (rootdir / path).exists():
+            continue
+        out[index] = Path(os.path.relpath(rootdir / path, start)).as_posix() + word[len(path):]
+    return out
 
 
 def _basename(executable: str) -> str:
@@ -96,7 +115,7 @@ def _is_python(name: str) -> bool:
     return base in _PYTHON_NAMES or (base.startswith("python") and base[6:].replace(".", "").isdigit())
 
 
-def _runner(argv: Sequence[str]) -> tuple[str, int]:
+def runner(argv: Sequence[str]) -> tuple[str, int]:
     """The name the allowlist checks (``python -m <module>`` → the module, else the
     executable's basename) and how many words name it (3, 2 for ``python -mpytest``, or 1)."""
     head = _basename(argv[0]) if argv else ""
@@ -105,14 +124,6 @@ def _runner(argv: Sequence[str]) -> tuple[str, int]:
     if _is_python(head) and len(argv) >= 2 and argv[1].startswith("-m") and len(argv[1]) > 2:
         return argv[1][2:], 2
     return head, 1
-
-
-def runner_name(argv: Sequence[str]) -> str:
-    return _runner(argv)[0]
-
-
-def runner_length(argv: Sequence[str]) -> int:
-    return _runner(argv)[1]
 
 
 def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWLIST) -> None:
@@ -138,7 +149,7 @@ def check_allowed(argv: Sequence[str], allowlist: Sequence[str] = DEFAULT_ALLOWL
         raise RefusedError(
             f"refusing verification command {shown!r}: the executable must be a bare allowlisted name, not a path"
         )
-    name = runner_name(argv)
+    name = runner(argv)[0]
     if name not in allowlist:
         allowed = ", ".join(allowlist) or "nothing"
         raise RefusedError(
@@ -154,30 +165,25 @@ def _shown(argv: Sequence[str]) -> str:
 
 def check_command(argv: Sequence[str], *, allowlist: Sequence[str] = DEFAULT_ALLOWLIST, root: Path,
                   trusted: Sequence[str] = ()) -> None:
-    """THE check of a verification command, for every surface: an allowlisted runner and
-    allowlisted arguments (:mod:`.argcheck`); ``RefusedError`` (exit 5) otherwise."""
+    """THE check of a command, for every surface: allowlisted runner and arguments, else ``RefusedError`` (exit 5)."""
     check_allowed(argv, allowlist)
-    check_arguments(argv[runner_length(argv):], root=root, trusted=trusted,
-                    pytest_runner=runner_name(argv) in PYTEST_RUNNERS, shown=_shown(argv))
+    name, length = runner(argv)
+    check_arguments(argv[length:], root=root, trusted=trusted, pytest_runner=name in PYTEST_RUNNERS, shown=_shown(argv))
 
 
 def resolve_argv(argv: Sequence[str]) -> list[str]:
-    """``python`` (a bare interpreter name) → ``sys.executable``, which has the project's
-    pytest and this plugin installed."""
+    """A bare ``python`` → ``sys.executable``, which has the project's pytest and this plugin installed."""
     out = list(argv)
     if out and "/" not in out[0] and "\\" not in out[0] and _is_python(_basename(out[0])):
         out[0] = sys.executable
     return out
 
 
-# --------------------------------------------------------------------------- running
-
-
 def selection_words(argv: Sequence[str]) -> tuple[int, int]:
     """The ``[start, end)`` range of a pytest command's selection words: after the runner and
     its value-less flags, up to the first option (no option can read them as its value)."""
-    start = runner_length(argv)
-    if runner_name(argv) not in PYTEST_RUNNERS:
+    name, start = runner(argv)
+    if name not in PYTEST_RUNNERS:
         return start, start
     while start < len(argv) and argv[start] in SAFE_FLAGS:
         start += 1
@@ -188,8 +194,7 @@ def selection_words(argv: Sequence[str]) -> tuple[int, int]:
 
 
 def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
-    """``argv`` with a long selection moved into the selection file ``path``, which the
-    plugin of pytest_selfheal/loop/selection.py puts back in the child; a short one stays."""
+    """``argv`` with a long selection moved into the selection file ``path`` (loop/selection.py puts it back)."""
     start, end = selection_words(argv)
     words = list(argv[start:end])
     if len(words) <= MAX_ARGV_SELECTION and sum(len(w) + 1 for w in words) <= MAX_ARGV_SELECTION_CHARS:
@@ -199,8 +204,7 @@ def through_selection_file(argv: Sequence[str], path: Path) -> list[str]:
 
 
 class Verifier(Protocol):
-    """Runs one verification command with its junit XML at ``junit_path``
-    (:func:`run_selection` in production; all a test needs to fake a run)."""
+    """Runs one verification command, its junit at ``junit_path`` (:func:`run_selection`; what a test fakes)."""
 
     def __call__(self, argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_seconds: Optional[float],
                  env: Optional[Mapping[str, str]] = None, invocation_dir: Optional[Path] = None,
@@ -222,11 +226,11 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
     start = cwd
     if invocation_dir is not None and Path(invocation_dir).resolve() != Path(cwd).resolve():
         start = Path(invocation_dir)
-        argv = from_invocation_dir(argv, Path(cwd), start, skip=runner_length(argv))
+        argv = from_invocation_dir(argv, Path(cwd), start, skip=runner(argv)[1])
     if selection_file is not None:
         argv = through_selection_file(argv, selection_file)
-    # ``judged``: the failing tests' own run, whose passing comparisons are judged (it slows
-    # every passing assert, so the regression check's wider runs are not).
+    # ``judged``: a candidate success's run, its passing comparisons judged (which slows every
+    # passing assert, so only that run pays for it).
     judging = ["-p", COMPARISONS_PLUGIN, "-o", PASS_HOOK_OPTION] if judged else []
     full = resolve_argv(argv) + [*judging, f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
@@ -242,8 +246,6 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
         full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path
     )
 
-
-# --------------------------------------------------------------------------- scratch folders
 
 # A verification's junit and raw (unredacted) output live in a temp folder named after the
 # loop's pid, so that the next loop can tell one a SIGKILL left behind from a live one.
@@ -265,8 +267,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
-    """Remove the verification temp folders a killed loop left: only ours (a real folder
-    owned by our user) whose pid is dead. Returns what was removed; never raises."""
+    """Remove the verification temp folders a killed loop left (a real folder, our user's, its pid dead)."""
     removed: list[Path] = []
     uid = getattr(os, "getuid", lambda: None)()
     for path in Path(tempfile.gettempdir() if tmp is None else tmp).glob(f"{VERIFY_DIR_PREFIX}*"):
@@ -282,9 +283,6 @@ def remove_stale_verify_dirs(tmp: Optional[Path] = None) -> list[Path]:
     return removed
 
 
-# --------------------------------------------------------------------------- observing
-
-
 def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCaseResult]:
     """The redacted testcases of a verification's junit; none when it is missing or unusable."""
     try:
@@ -295,17 +293,10 @@ def read_cases(junit: Path, redactor: Optional[Redactor]) -> list[models.TestCas
 
 def nodeid_for(test: str, by_identity: Mapping[str, str]) -> Optional[str]:
     """The node id of a junit identity ``classname::name``, a ``junit_prefix`` tolerated."""
-    if test in by_identity:
-        return by_identity[test]
-    classname, sep, name = test.rpartition("::")
-    if not sep:
-        return None
+    classname, _, name = test.rpartition("::")
     parts = classname.split(".")
-    for i in range(1, len(parts)):
-        candidate = ".".join(parts[i:]) + "::" + name
-        if candidate in by_identity:
-            return by_identity[candidate]
-    return None
+    candidates = [test, *(".".join(parts[i:]) + "::" + name for i in range(1, len(parts)))]
+    return next((by_identity[c] for c in candidates if c in by_identity), None)
 
 
 def _collector_outcome(nodeid: str, cases: Sequence[models.TestCaseResult]) -> str:
@@ -334,8 +325,7 @@ def _telling_line(text: str) -> str:
 
 
 def synthetic_failure(message: str, text: str, rules: Sequence[Rule], *, exc_type: str = "") -> models.Failure:
-    """One failure standing for a run that produced no junit, classified like any other;
-    its fixed test identity makes it repeat stably."""
+    """The failure of a run without junit, classified like any other; its fixed identity repeats stably."""
     # A runner missing, a run that could not start, or a selection pytest refused: the
     # environment, never a failure that "repeats".
     runner_rules = (
@@ -396,15 +386,9 @@ def verification_root(incident: Incident, project_root: Path, reports_root: Opti
     is, or lies inside, ``project_root`` or the folder holding ``reports_root``; otherwise
     ``project_root``, so a hand-edited ``rootdir`` cannot move the run elsewhere."""
     base = Path(project_root).resolve()
-    rootdir = incident.rootdir
-    if not rootdir:
-        return base
     bases = [base] + ([Path(reports_root).resolve().parent] if reports_root is not None else [])
-    try:
-        recorded = Path(rootdir).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return base
-    if recorded.is_dir() and any(recorded == b or b in recorded.parents for b in bases):
-        return recorded
+    rootdir = incident.rootdir
+    if rootdir and any(inside_root(rootdir, b) for b in bases) and (base / rootdir).is_dir():
+        return (base / rootdir).resolve()
     return base
 
