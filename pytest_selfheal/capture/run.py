@@ -31,17 +31,17 @@ from pytest_selfheal.junit.writer import failure_text, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.context import GitContext, RunContext
+from pytest_selfheal.records.context import GitContext
 from pytest_selfheal.records.incident import Failure, Incident, RootCause, Triage
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
-from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.redact import redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.ids import new_run_id
-from pytest_selfheal.store.root import Published, Store
+from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     import pytest
@@ -50,8 +50,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class CaptureResult:
-    """What a capture produced: the incident id, the incident and its plan as the store
-    wrote them (the input of the run's report), and the lines for the terminal summary."""
+    """The incident id, the incident and plan as written (the report's input), the summary lines."""
 
     incident_id: str
     incident: Incident
@@ -84,9 +83,8 @@ def with_target_paths(
     failures: Sequence[Failure], reports: Reports, evidence: Mapping[str, RootCause], rootdir: Path, base: str = ""
 ) -> list[Failure]:
     """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports (none that git ignores), and its root-cause evidence (capture/evidence.py; by node id
-    as written). ``base``: the invocation directory relative to ``rootdir`` (the traceback's
-    relative paths start there)."""
+    imports (none that git ignores), and its root-cause evidence (by node id as written).
+    ``base``: the invocation directory relative to ``rootdir``, where the traceback's paths start."""
     text_by_nodeid: dict[str, str] = {}
     for nodeid, report in reports:
         text_by_nodeid[nodeid] = text_by_nodeid.get(nodeid, "") + failure_text(report) + "\n"
@@ -114,28 +112,10 @@ def with_target_paths(
 _CLASSIFIED_KEYS = ("nodeid", "fingerprint", "signature", "failure_type", "code_fixable", "transient", "failure_class")
 
 
-def store_incident(
-    store: Store,
-    incident: Incident,
-    *,
-    log_tail_text: str,
-    context: RunContext,
-    failures: Sequence[Failure],
-    published: Optional[Published] = None,
-) -> str:
-    """Write the incident, its classification events and its plan; the incident appears ``planned``.
-    ``published``: receives the incident and plan records as written (``Store.create_incident``)."""
-    classified = [pending(FAILURE_CLASSIFIED, {key: getattr(failure, key) for key in _CLASSIFIED_KEYS})
-                  for failure in failures]
-    def plan(written: Incident) -> tuple[Plan, str]:
-        # From the incident as the store publishes it: no re-read of incident.json.
-        built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
-        return built, render_plan_md(built)
-
-    # One step: the classification events, the plan and the move to `planned` are all in
-    # place when the incident appears (no append, status move or plan write of their own).
-    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan,
-                                 published=published)
+def _plan(written: Incident) -> tuple[Plan, str]:
+    # From the incident as the store publishes it: no re-read of incident.json.
+    built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
+    return built, render_plan_md(built)
 
 
 def analyse_run(
@@ -145,15 +125,13 @@ def analyse_run(
     reports: Reports,
     evidence: Mapping[str, RootCause],
     warnings: list[str],
-    redactor: Redactor,
     user_junit: bool = True,
 ) -> list[Failure]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports (their node
-    ids already redacted, as written), with target paths and ``evidence`` (by node id as
-    written), from their junit testcases: the user's ``--junitxml`` read like any other
-    runner's (``user_junit``; not for failed runs that passed on re-run, which it holds as
-    passing tests), or each report's own. Secrets are redacted from the junit text before
-    fingerprinting: a signature on disk never holds one and its hash is that of what is written."""
+    """Fingerprinted, classified, redacted failures of this run's failing reports, with target
+    paths and ``evidence`` (by node id as written), from their junit testcases: the user's
+    ``--junitxml`` (``user_junit``; not for runs that passed on re-run, which it holds as
+    passing), or each report's own. Secrets are redacted before fingerprinting: a signature on
+    disk never holds one and its hash is that of what is written."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     prefix = _junit_prefix(config)
     read: Iterable[TestCaseResult]
@@ -163,7 +141,7 @@ def analyse_run(
         read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
     rules = rules_for_run(effective.settings.classification_rules,
                           parse_hook_rules(hooks.classification_rules(config.pluginmanager)))
-    failures = failures_from_cases(redact_cases(read, redactor), extra_rules=rules, warnings=warnings)
+    failures = failures_from_cases(redact_cases(read, effective.redactor), extra_rules=rules, warnings=warnings)
     known = {nodeid for nodeid, _ in reports}
     failures = attach_nodeids(failures, reports, prefix)
     # A user's --junitxml holds the whole run; keep what this run's reports say failed.
@@ -185,7 +163,6 @@ def capture_incident(
     pytest_options: Sequence[str] = (),
     warnings: Optional[list[str]] = None,
     ci_run: Optional[str] = None,
-    redactor: Optional[Redactor] = None,
     git: Optional[PendingSnapshot] = None,
     unverified: int = 0,
     seal: Optional[Seal] = None,
@@ -193,15 +170,12 @@ def capture_incident(
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
     """Capture this run's failures (from :func:`analyse_run`) as a new incident under
-    ``reports_root`` (node ids redacted, as written). ``ci_run``: the token of the ``selfheal ci``
-    that started this pytest (ci loops only what its own run captured). ``git``: the snapshot
-    the caller started early. ``unverified``: failing tests over the junit reader's cap (the
-    incident can then never end in ``success``). ``passed_on_rerun``: failed runs of tests that
-    passed on a re-run, recorded beside the failures, never in the selection; ``reruns``: how
-    often each failing test was re-run.
-    """
+    ``reports_root``. ``ci_run``: the token of the ``selfheal ci`` that started this pytest;
+    ``unverified``: failing tests over the junit reader's cap (never ``success``);
+    ``passed_on_rerun``: tests that passed on a re-run, recorded beside the failures, never
+    in the selection; ``reruns``: how often each failing test was re-run."""
     rootdir = Path(config.rootpath)
-    redactor = redactor or effective.redactor
+    redactor = effective.redactor
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
     # One git pass for context.json, the diff hash and the history. The capture is the loop's
@@ -228,8 +202,11 @@ def capture_incident(
     context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     written: list[tuple[Incident, Optional[Plan]]] = []
-    incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
-                                 failures=failures, published=lambda doc, plan: written.append((doc, plan)))
+    classified = [pending(FAILURE_CLASSIFIED, {key: getattr(f, key) for key in _CLASSIFIED_KEYS}) for f in failures]
+    # One step: the events, the plan and the move to `planned` are in place when the incident appears.
+    incident_id = Store(reports_root, redactor=redactor).create_incident(
+        incident, log_tail=tail, context=context, events=classified, plan=_plan,
+        published=lambda doc, plan: written.append((doc, plan)))
     where = reports_root / INBOX_DIR / incident_id
     if where.is_relative_to(config.invocation_params.dir):
         where = where.relative_to(config.invocation_params.dir)
@@ -249,8 +226,7 @@ def capture_incident(
 
 def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
                   reruns: Mapping[str, int] = MappingProxyType({})) -> list[str]:
-    """A line per failure (the first ten): fingerprint, type, triage, node id, and how often
-    a re-run plugin ran it again."""
+    """A line per failure (the first ten): fingerprint, type, triage, node id, re-runs."""
     lines = []
     for failure in failures[:10]:
         nodeid = failure.nodeid or failure.test
@@ -266,9 +242,8 @@ def record_passed_on_rerun(
     *, config: pytest.Config, effective: EffectiveConfig, passed_on_rerun: Sequence[Failure],
     counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None, run_id: Optional[str] = None,
 ) -> list[str]:
-    """Record a run that captured nothing but had tests pass on a re-run (a green run, or
-    one whose failures an open incident took): one history run of its own holding them as
-    ``passed_on_rerun`` (``capture:<run_id>``, a new id by default); the terminal lines that say so."""
+    """Record a run that captured nothing but had tests pass on a re-run as one history run of
+    its own (``capture:<run_id>``); the terminal lines that say so."""
     history = _record_history(effective, reports_root, Path(config.rootpath), run_id or new_run_id(), counts, (),
                               passed_on_rerun, warnings)
     recorded = effective.settings.history.enabled and history.unavailable is None
@@ -281,7 +256,6 @@ def _record_history(
     failures: Sequence[Failure], passed_on_rerun: Sequence[Failure], warnings: Optional[list[str]],
     git: Optional[GitContext] = None,
 ) -> HistoryResult:
-    """Record this capture's run in the failure history and triage its failures against the base branch."""
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"), git=git),
@@ -294,8 +268,8 @@ def _record_history(
 
 
 def _triaged_entries(entries: Sequence[Failure], triage: Mapping[str, Triage]) -> tuple[Failure, ...]:
-    """The entries with their triage; one the history calls flaky is classed transient (not
-    deterministic), so its class, its triage and `selfheal flaky` say the same."""
+    """The entries with their triage; one the history calls flaky is classed transient, so its
+    class, its triage and `selfheal flaky` say the same."""
     out = []
     for entry in entries:
         found = triage.get(str(entry.nodeid or entry.test))

@@ -1,12 +1,9 @@
 """The recording side of ``pytest --selfheal`` (edge), registered only when it is on.
 
-During the run it keeps counters and pytest's failing reports, nothing more. pytest marks
-every module of a plugin's distribution for assertion rewriting, so where bytecode is not
-written each module a run imports is compiled again: a green run imports no module of the
-package but the plugin, this one, :mod:`pytest_selfheal.names` and the hookspecs
-(tests/test_entry_point.py). What only some runs need loads when they have it: the config
-(:mod:`.run_config`), the root-cause resolver at a failure, the incidents on disk and the
-loop (:mod:`.loop_side`), and the session end (:mod:`.finish`).
+During the run it keeps counters and pytest's failing reports, nothing more. pytest rewrites
+every module of a plugin's distribution, so a green run imports only the plugin, this module,
+:mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py); the config, the
+resolver, the loop side and the session end load when a run needs them.
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ RERUN_OUTCOME: str = "rerun"
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
-    """Read the config if there is one (refusing to run on a bad one) and register the
-    recorder on the controller."""
+    """Read the config if there is one (refusing a bad one) and register the recorder on the controller."""
     effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
@@ -89,9 +85,8 @@ def flag_or_ini(config: pytest.Config, name: str) -> bool:
 
 
 def has_config(config: pytest.Config) -> bool:
-    """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
-    ``selfheal_*`` ini option, or a config file (global or project). Without one the
-    effective config is the defaults, and the run reads no file to know it."""
+    """Whether this run has a config to read (a flag, an ini option or a config file); without
+    one the effective config is the defaults, and the run reads no file to know it."""
     if any(config.getoption(dest) is not None for dest in FLAG_KEYS) or config.getoption("selfheal_set"):
         return True
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
@@ -103,7 +98,6 @@ def has_config(config: pytest.Config) -> bool:
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (recorder/run_config.py)."""
     # Imported here: a green run without a config to read (has_config) never loads the config.
     from pytest_selfheal.recorder import run_config
 
@@ -111,13 +105,9 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
 
 
 class RootCauseHook:
-    """Resolves the root-cause evidence of each failing test while its objects are alive
-    (capture/evidence.py), keyed by node id; the first failing phase wins.
-
-    ``pytest_exception_interact`` runs only for a failing phase (not for a pass, a skip or
-    an xfail), so a passing test pays nothing. It runs after the report was logged, which
-    is why the recorder reads :attr:`evidence` at session end.
-    """
+    """Resolves each failing test's root-cause evidence while its objects are alive, by node id
+    (the first failing phase wins). ``pytest_exception_interact`` runs only for a failing phase,
+    so a passing test pays nothing; it runs after the report was logged: the session end reads it."""
 
     def __init__(self, rootdir: str) -> None:
         self.rootdir = rootdir
@@ -125,7 +115,6 @@ class RootCauseHook:
         self.evidence: dict[str, RootCause] = {}
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[RootCause]:
-        """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
         # Imported here: only a failing test is read for evidence.
         from pytest_selfheal.capture import evidence
 
@@ -151,9 +140,8 @@ class RootCauseHook:
 
 
 class WorkerRootCauseHook(RootCauseHook):
-    """The same in an xdist worker: the evidence must ride on the report itself (its
-    JSON, serialised with it to the controller), so it is resolved when the report is made.
-    Only workers pay for this wrapper (a generator per test phase)."""
+    """The same in an xdist worker: the evidence rides on the report (its JSON, serialised to
+    the controller), so it is resolved when the report is made."""
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
@@ -167,7 +155,7 @@ class WorkerRootCauseHook(RootCauseHook):
                 setattr(report, ROOT_CAUSE_ATTR, evidence.to_json())
 
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        """Nothing: the wrapper above has resolved it."""
+        """Nothing: the wrapper above resolved it."""
 
 
 # The files the tests open (the seal's test data, config/seal.py): one audit hook per process,
@@ -193,7 +181,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 def _opening() -> list[set[tuple[Any, Any, Any]]]:
-    """The stack of the sessions recording, the hook's (installed here if none is)."""
     found: list[list[set[tuple[Any, Any, Any]]]] = []
     sys.audit(_PROBE, found)
     if found:
@@ -230,7 +217,6 @@ class ReadFiles:
         self.from_workers.update(getattr(node, "workeroutput", {}).get(_OPENED_KEY, ()))
 
     def files(self) -> list[str]:
-        """The absolute paths, sorted."""
         read: set[str] = set()
         written: set[str] = set()
         for path, mode, flags in self.opened:
@@ -285,7 +271,6 @@ class Recorder:
         # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
         # tests and the processes they start do not see it (it marks what this run captures).
         self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
-        self._redactor: Optional[Redactor] = None
         self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # A run that may be an incident's verdict compiles afresh (LoopSide.fresh_pycache).
@@ -312,13 +297,11 @@ class Recorder:
             shutil.rmtree(self._pycache[1], ignore_errors=True)
 
     def test_data_read(self) -> list[str]:
-        """The files under the rootdir this run's tests read (the seal's test data), selfheal's
-        own (the reports root, the project config) left out."""
+        """The files under the rootdir this run's tests read, selfheal's own left out."""
         own = tuple(os.path.join(p, "") for p in (self.reports_root, Path(self.config.rootpath, PROJECT_DIR)))
         return [f for f in self.read_files.files() if not f.startswith(own)]
 
     def loop_side(self) -> LoopSide:
-        """The incidents on disk and the loop (recorder/loop_side.py), loaded on first use."""
         if self._loop_side is None:
             # Imported here: only a run with an incident on disk, or --selfheal-loop, loads the loop.
             from pytest_selfheal.recorder.loop_side import LoopSide
@@ -345,18 +328,14 @@ class Recorder:
 
     @property
     def effective(self) -> EffectiveConfig:
-        """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
+        """This run's effective config: read at the start, or the defaults."""
         if self._effective is None:
             self._effective = load_effective_config(self.config)
         return self._effective
 
     @property
     def redactor(self) -> Redactor:
-        """This run's redactor (its settings), made on first use: a green run never needs one."""
-        if self._redactor is None:
-            self._redactor = self.effective.redactor
-        redactor: Redactor = self._redactor
-        return redactor
+        return self.effective.redactor
 
     def _record(self, report: Any) -> None:
         if self.unlogged:
@@ -364,7 +343,6 @@ class Recorder:
         self.failed.append(report)
 
     def _logged(self, report: Any) -> None:
-        """A failing report logged after it was seen at its failure: not a hidden run."""
         pending = self.unlogged.get(report.nodeid)
         if pending:
             pending[:] = [seen for seen in pending if seen is not report]
@@ -381,8 +359,7 @@ class Recorder:
         self.unlogged.setdefault(report.nodeid, []).append(report)
 
     def _rerun(self, report: pytest.TestReport) -> None:
-        """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
-        the outcome ``rerun``): kept, and its attempt not counted as a test of its own."""
+        """A failed run a re-run plugin runs again: kept, its attempt not counted as a test."""
         nodeid = report.nodeid
         if self.unlogged:
             self._logged(report)
@@ -392,15 +369,14 @@ class Recorder:
             self.reruns.append(report)
 
     def _take_hidden(self) -> None:
-        """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
-        was logged (it failed in its call) is not counted as a test of its own."""
+        """The failed runs flaky re-ran and never logged, as re-runs (not counted as tests)."""
         for hidden in self.unlogged.values():
             self.reruns += hidden
             self.tests -= sum(1 for failed in hidden if failed.when == "call")
         self.unlogged.clear()
 
     def passed_on_rerun(self) -> list[str]:
-        """The tests that failed, were re-run and passed in the end (in the order re-run)."""
+        """The tests that failed, were re-run and passed in the end."""
         if not self.reruns:
             return []
         failing = {f.nodeid for f in self.failed}
@@ -443,8 +419,7 @@ class Recorder:
                 self.outcomes[nodeid] = outcome
 
     def _watched_id(self, nodeid: str) -> Optional[str]:
-        """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
-        holding a secret) its redacted form, as stored (docs/redaction.md)."""
+        """The id an open incident knows ``nodeid`` by (redacted, as stored), if it watches it."""
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
@@ -465,9 +440,8 @@ class Recorder:
         return False
 
     def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
-        """Whether the session end has anything to record: a failure, a test an open incident
-        verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
-        loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
+        """Whether the session end has anything to record: a failure, an open incident's test (run
+        or gone), or a passed test a stopped incident may hold (loop/sticky.py). Sets :attr:`gone`."""
         self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
                               or exitstatus == pytest.ExitCode.INTERRUPTED)
         # Open incidents' tests this run should have run and did not (LoopSide.gone).
@@ -482,10 +456,6 @@ class Recorder:
         """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
         path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
         return path is not None and path.is_file()
-
-    def outcomes_incidents(self) -> set[str]:
-        """Open incidents this run recorded an attempt for."""
-        return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
 
     def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
         verbosity = int(self.config.get_verbosity())

@@ -1,7 +1,6 @@
 """The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure).
 
-The layout is documented in docs/report.md; keep the two in step. Deterministic, so golden
-files stay stable; the report is redacted already, and the caller redacts the text too.
+The layout is documented in docs/report.md; keep the two in step. Deterministic (golden files).
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ _AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
 def _scalar(value: object) -> str:
-    """A config value as the head line and tables write it: JSON, but bare strings (a report
-    read back holds its config frozen)."""
+    """A config value as JSON, but bare strings (a report read back holds its config frozen)."""
     if isinstance(value, str):
         return value
     return json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
@@ -158,7 +156,6 @@ def render_headline(report: ReportInput) -> str:
 
 
 def _verdict(report: Report, reason: str) -> str:
-    """``stop reason <reason>``, or why there is none yet."""
     if report.stop_reason:
         return f"stop reason {reason}"
     return "loop not finished" if report.total_retries else "loop not run yet"
@@ -190,7 +187,6 @@ def _head(report: Report) -> list[str]:
 
 
 def _regression_text(incident: ReportIncident) -> str:
-    """``ran 14 test(s) that can reach the change: nothing broken`` / ``...: broke `a`, `b```."""
     check = incident.regression_check or {}
     listed = check.get("broken")
     broken = [n for n in listed if isinstance(n, str)] if isinstance(listed, (list, tuple)) else []
@@ -203,11 +199,8 @@ def _section_stop(report: Report) -> list[str]:
     incidents = report.incidents
     if not incidents:
         return lines + ["No incident was captured: nothing to loop."]
-    reason = report.stop_reason
-    if reason:
-        shown = _reason(reason)
-    else:
-        shown = "not finished" if report.total_retries else f"{NOT_RUN} (the loop has not run yet)"
+    shown = _reason(report.stop_reason) if report.stop_reason else (
+        "not finished" if report.total_retries else f"{NOT_RUN} (the loop has not run yet)")
     # A test edit is never a fix to take on trust: it comes before everything else.
     lines += [f"- **Tests edited** in {code(e.incident_id)}: {_codes(e.tests_edited)} — the selection passes "
               "only with these test files changed; review the test diff first" for e in incidents if e.tests_edited]
@@ -224,14 +217,13 @@ def _section_stop(report: Report) -> list[str]:
     lines.append("")
     rows = []
     for e in incidents:
-        archived = e.archived_to
         rows.append([
             code(e.incident_id), text(e.status), text(e.final_status),
             _reason(e.stop_reason) if e.stop_reason else (NOT_RUN if not e.loops_used else DASH),
             str(e.loops_used),
             DASH if e.same_error_repeats is None else str(e.same_error_repeats),
             _minutes(e.runtime_minutes),
-            code(archived) if archived else DASH,
+            code(e.archived_to or ""),
         ])
     lines += _table(["Incident", "Status", "Final Status", "Stop Reason", "Iterations", "Same Error Repeats",
                      "Runtime", "Archived To"], rows)
@@ -358,10 +350,10 @@ def _test_list(report: Report, fixed: bool) -> list[str]:
     return items + _more(hidden, "tests") if items else ["None."]
 
 
-def _section_flaky(report: Report) -> list[str]:
-    items = _test_list(report, False)
-    said = ["Failed, then passed on re-run with no code change:", ""] if items != ["None."] else []
-    return ["### Flaky Tests", "", *said, *items]
+def _section_tests(report: Report, fixed: bool) -> list[str]:
+    items = _test_list(report, fixed)
+    said = ["Failed, then passed on re-run with no code change:", ""] if not fixed and items != ["None."] else []
+    return [f"### {'Tests Fixed Along the Way' if fixed else 'Flaky Tests'}", "", *said, *items]
 
 
 def _section_new_failures(report: Report) -> list[str]:
@@ -428,10 +420,7 @@ def _section_grid(report: Report) -> list[str]:
 
 
 def _section_timeline(report: Report) -> list[str]:
-    incidents = report.incidents
-    if not incidents:
-        return []
-    if len(incidents) > MERMAID_MAX_INCIDENTS:
+    if len(report.incidents) > MERMAID_MAX_INCIDENTS:
         return ["### Loop Timeline", "", f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
     return _per_incident(report, "### Loop Timeline", mermaid_timeline)
 
@@ -487,9 +476,8 @@ def render_markdown(
     headline: bool = False,
     mermaid: bool = True,
 ) -> str:
-    """The report as markdown: the head GSD plan summaries paste unchanged, then details.
-    ``headline``: the status line before the heading (PR comment, job summary);
-    ``extra_sections``: a hook's ``[{title, markdown}]``, inserted as given."""
+    """The report as markdown: the head GSD plan summaries paste unchanged, then details;
+    ``headline`` (PR comment, job summary) before it, a hook's ``extra_sections`` after."""
     records = as_report(report)
     lines: list[str] = [render_headline(records), ""] if headline else []
     lines += _head(records)
@@ -500,11 +488,11 @@ def render_markdown(
         _section_tasks(records),
         _section_config(records),
         _per_incident(records, "### Fingerprint per Iteration", _fingerprints) if records.incidents else [],
-        ["### Tests Fixed Along the Way", "", *_test_list(records, True)] if records.incidents else [],
-        _section_flaky(records) if records.incidents else [],
+        _section_tests(records, True) if records.incidents else [],
+        _section_tests(records, False) if records.incidents else [],
         _section_new_failures(records),
         _section_grid(records) if records.incidents else [],
-        _section_timeline(records) if mermaid else [],
+        _section_timeline(records) if mermaid and records.incidents else [],
         _per_incident(records, "### Decision Point", _decision) if records.incidents else [],
         _section_next(records),
         _section_shards(records),
