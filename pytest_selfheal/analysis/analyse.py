@@ -1,9 +1,5 @@
-"""Glue: junit files -> fingerprinted, classified failures (docs/fingerprints.md).
-
-``junit.map_failing`` streams a file keeping the latest failing record per test (reruns
-de-duplicated, bounded memory); each failure is classified (``classify``) and
-fingerprinted (``fingerprint``) as soon as it is read.
-"""
+"""Glue: junit files -> fingerprinted, classified failures, each as soon as it is read
+(streamed, reruns de-duplicated, bounded memory; docs/fingerprints.md)."""
 
 from __future__ import annotations
 

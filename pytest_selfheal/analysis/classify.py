@@ -1,14 +1,9 @@
-"""Data-driven failure classification (docs/fingerprints.md). Pure: no I/O.
+"""Data-driven failure classification (pure; docs/fingerprints.md).
 
-A rule is a regular expression and the failure type it implies. Rules are tried in order,
-extra rules (config ``classification.rules``, the ``pytest_selfheal_classification_rules``
-hook) before :data:`DEFAULT_RULES`, in two tiers:
-
-1. against the *headline*: the exception type, the message and the first stable line;
-2. only if no rule matched there, against the head of the failure text (traceback).
-
-The headline tier keeps incidental words deep in a traceback (a ``timeout=`` argument in
-a source line, say) from outvoting what the failure actually says.
+Rules are tried in order, extra rules (config, hook) before :data:`DEFAULT_RULES`, first
+against the *headline* (exception type, message, first stable line), then only if none
+matched against the head of the failure text: incidental words deep in a traceback (a
+``timeout=`` argument) must not outvote what the failure says.
 """
 
 from __future__ import annotations

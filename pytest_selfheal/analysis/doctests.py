@@ -1,11 +1,9 @@
-"""Doctest failures as first-class failures (docs/fingerprints.md "Doctests"). Pure: no I/O.
+"""Doctest failures as first-class failures (pure; docs/fingerprints.md "Doctests").
 
-pytest reports a failing doctest without an exception line: the numbered source listing,
-``Expected:``/``Got:`` blocks (or ``UNEXPECTED EXCEPTION:`` and a traceback), then
-``path:LINE: DocTestFailure``. Its first line said nothing and changed whenever the
-docstring above the example moved; :func:`doctest_line` gives the one line that names the
-failure instead. :func:`strip_worker_header` drops pytest-xdist's ``[gw1] … -- Python …``
-line, so a failure has one fingerprint with and without ``-n``.
+pytest reports a failing doctest without an exception line, and its first line changes
+whenever the docstring above the example moves: :func:`doctest_line` gives the one line that
+names the failure. :func:`strip_worker_header` drops pytest-xdist's worker line, so a failure
+has one fingerprint with and without ``-n``.
 """
 
 from __future__ import annotations

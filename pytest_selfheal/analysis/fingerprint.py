@@ -1,9 +1,6 @@
-"""Stable fingerprints of failures (docs/fingerprints.md). Pure: no I/O.
-
-A failure's fingerprint is built from the test identity and the *first stable line* of
-the failure (exception type and message, else the first error-looking line of the
-text), normalised so that what changes between runs and machines (tmp paths, addresses,
-PIDs, ports, timestamps, durations, line numbers…) does not change the fingerprint:
+"""Stable fingerprints of failures (pure; docs/fingerprints.md): the test identity and the
+failure's *first stable line*, normalised so that what changes between runs and machines
+does not change the fingerprint:
 
     signature   = "<failure_type> | <classname::name> | <normalised first line>"
     fingerprint = sha256(f"{SCHEME}:{signature}")[:12]

@@ -1,10 +1,6 @@
-"""Repo-relative target paths from traceback text (pure: no filesystem access).
-
-The plan's ``target_paths`` are the files a failure's traceback points at inside the
-repository (Python tracebacks, pytest's short form, jest/node stacks, go test output):
-where a fix most likely goes. Anything outside the repository or in an installed-packages
-or virtualenv directory is dropped; existence is not checked (the frames describe the run
-that failed).
+"""Repo-relative target paths from traceback text (pure): the files a failure's traceback
+points at inside the repository, where a fix most likely goes; installed packages and
+virtualenvs dropped, existence not checked (the frames describe the run that failed).
 """
 
 from __future__ import annotations

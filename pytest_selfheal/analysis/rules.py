@@ -1,7 +1,5 @@
-"""Classification rules (pure): what a rule is, the one validator of rules from config and
-hooks, and the rules of a run. The matching itself is ``classify.py``'s; the config's
-validation needs only this module (a green ``pytest --selfheal`` run imports no classifier).
-"""
+"""Classification rules (pure): a rule, the one validator of rules from config and hooks, the
+rules of a run; the config's validation needs no classifier."""
 
 from __future__ import annotations
 

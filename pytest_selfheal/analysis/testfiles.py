@@ -1,9 +1,6 @@
-"""The test code a failure depends on, and its digests (edge: reads files).
-
-A failing test's file and the conftests above it: when they change, a later pass may be a
-weakened test rather than a fix (``tests_edited``). A doctest collected from a module of the
-code under test is that module's docstrings, so its digest (``doctests:``) covers only them:
-fixing the code there is a code change, editing an example a test edit.
+"""The test code a failure depends on, and its digests (edge): when a failing test's file or
+the conftests above it change, a later pass may be a weakened test (``tests_edited``). A code
+module's digest (``doctests:``) covers only its docstrings: fixing the code is no test edit.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
 
-Failures are grouped by the code they point at, not by their message (docs/loop.md "The
-plan"): the **frame**, the innermost traceback frame in a project file that is not a test
-file, and the **calls**, the project definitions the test's code names, looked up in its
-module's globals (a re-export resolves to the module that defines the object; a helper in a
-test file is followed one level down; a fixture value of a project class stands for the
-methods the test names, only when its own code names none). Only files inside the project
-root count. Everything is memoised per code object and per object: the tests of one module
-share the work.
+Failures are grouped by the code they point at (docs/loop.md "The plan"): the **frame**, the
+innermost traceback frame in a project file that is not a test file, and the **calls**, the
+project definitions the test's code names. Memoised per code object and per object: the
+tests of one module share the work.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Repo-local modules a test file imports (edge: reads the test file).
-
-A wrong return value leaves no frame of the code under test in the traceback, so when a
-failure has no root-cause evidence (capture/evidence.py) the plan's target paths (and a
-repair provider's scope) take the repo modules the failing test file imports, and behind
-a package's ``__init__.py`` the sibling modules it re-exports from.
+"""Repo-local modules a test file imports (edge): a wrong return value leaves no frame of the
+code under test in the traceback, so the plan's target paths take these instead.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The capture's pytest options that change behaviour, to replay in every verification run
-(docs/loop.md "Verification fidelity"): selection, output, parallelism and debugging options
-and the plugin's own flags are dropped; ``--doctest-modules`` and ``--doctest-glob`` are kept
-(without them a doctest's node id names nothing).
-"""
+"""The capture's pytest options that change behaviour, replayed in every verification run
+(docs/loop.md "Verification fidelity"); selection, output, parallelism, debugging and the
+plugin's own options are dropped."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Capture a failing pytest run as an incident with its plan (edge: files, git, pytest config).
-
-junit (the user's ``--junitxml`` or our own document of the failing reports) → fingerprinted,
-classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_plans/<id>/``.
-"""
+"""Capture a failing pytest run as an incident with its plan (edge): junit → fingerprinted,
+classified failures → ``error_inbox/<id>/`` → ``error_plans/<id>/``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Failures grouped by root cause (pure; docs/loop.md "The plan").
-
-One plan action per root cause, not per message. A failure's evidence (``root_cause`` in
-``incident.json``) decides its group: the innermost project frame outside the tests; else
-the project definitions the test calls (joining a frame group of the same function, or the
-definition the most failing tests call); else its failure type and normalised message.
-"""
+"""Failures grouped by root cause, not by message (pure; docs/loop.md "The plan"): by frame,
+else by called definition, else by failure type and normalised message."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``plan.md``: the plan as a person reads it, bounded at any size (pure).
-
-``plan.json`` holds the whole plan; this rendering lists a few paths per table cell, cuts a
-long verification command and stops listing actions before :data:`MAX_PLAN_MD_BYTES`.
-The rules are in docs/loop.md "The plan".
-"""
+"""``plan.md``: the plan as a person reads it, bounded at any size (pure; docs/loop.md "The plan")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The end of a ``pytest --selfheal`` session that has something to record (edge): the next
-iteration of an open incident (agent mode) or a new incident, the loop when asked, the report.
-Loaded on the controller only when a test failed or an open incident's test ran.
-"""
+"""The end of a ``pytest --selfheal`` session that has something to record (edge): an open
+incident's next iteration or a new incident, the loop when asked, the report."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The recorder's loop side (edge): the incidents on disk a ``pytest --selfheal`` run may be
-an iteration of, and the loop it runs with ``--selfheal-loop``; loaded only when the reports
-root holds an incident or the loop is asked for.
-"""
+"""The recorder's loop side (edge): the incidents on disk a run may be an iteration of, and the
+loop of ``--selfheal-loop``; loaded only when there is an incident or the loop is asked for."""
 
 from __future__ import annotations
 

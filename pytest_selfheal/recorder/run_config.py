@@ -1,7 +1,4 @@
-"""The effective config of a ``pytest --selfheal`` run (edge): the config files, then the
-``selfheal_*`` ini options, then the ``--selfheal-*`` flags. Loaded only when the run has a
-config to read (``recorder.has_config``) or something to record.
-"""
+"""The effective config of a ``pytest --selfheal`` run (edge): files, then ini options, then flags."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The ``## RALF Lite Loop Report`` data: the report of incidents' records (pure).
 
-``build_report`` turns the records the store reads (:class:`IncidentRun`) into a
-``records.report.Report``; every field and rule is documented in docs/report.md, keep the
-two in step. Deterministic (no timestamps but those in the data), so golden files stay
-stable; the input is redacted already.
+Every field and rule is documented in docs/report.md; keep the two in step. Deterministic
+(no timestamps but those in the data), so golden files stay stable.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ RUN_RESULT_ORIGIN = "run_result.json"
 
 @dataclass(frozen=True)
 class IncidentRun:
-    """One incident's records, the input of :func:`build_report`; ``incident.status`` is the
-    authoritative status (``status.txt``), ``bucket`` the folder it is in."""
+    """One incident's records, the input of :func:`build_report`; ``incident.status`` is ``status.txt``'s."""
 
     incident: Incident
     plan: Optional[Plan] = None
@@ -76,8 +73,8 @@ def _resolve_config(
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report's config (every key present, missing ones from the defaults) and the origin
-    of every leaf: the given config, else the first one a run_result.json recorded."""
+    """The report's config (missing keys from the defaults) and every leaf's origin: the given
+    config, else the first one a run_result.json recorded."""
     given, given_origin = effective_config, DEFAULT_ORIGIN
     if given is None:
         recorded = [run.run_result.effective_config for run in runs
@@ -92,7 +89,7 @@ def _resolve_config(
 
 
 def _recorded(record: JsonRecord, key: str) -> bool:
-    """True when ``record``'s document has ``key`` (a record built in code has every field)."""
+    # A record built in code has every field.
     return record.keys is None or key in record.keys
 
 
@@ -122,8 +119,7 @@ def _iteration_entry(attempt: Attempt) -> ReportIteration:
 
 
 def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
-    """``(attempts, index of the iteration it passed at, or None)`` of one plan action
-    (docs/report.md "Task attempts")."""
+    """``(attempts, index of the iteration it passed at, or None)`` of one plan action."""
     latest: dict[str, str] = {}
     count = 0
     for index, iteration in enumerate(iterations):
@@ -144,7 +140,6 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]
 
 
 def _observations(run: IncidentRun) -> list[policy.Observation]:
-    """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
         capture = policy.capture_observation(run.incident)
         return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
@@ -156,7 +151,6 @@ REPAIR_CALLS_SHOWN = 5  # the last repair calls the report names (all are counte
 
 
 def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]]:
-    """The last regression check (loop/regression.py): how many tests it ran, what it found broken."""
     checked = [a for a in attempts if a.regression_tests_run is not None]
     if not checked:
         return None
@@ -164,9 +158,8 @@ def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]
 
 
 def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Optional[dict[str, object]]:
-    """What the repair did, or None when no provider ran: each call (its result, files,
-    and why it was rolled back or which out-of-scope files approval let in), then the end:
-    applied (by whom, where, which files), proposed, or nothing kept."""
+    """What the repair did, or None when no provider ran: each call, then the end (applied,
+    proposed, or nothing kept)."""
     calls = [a for a in attempts if a.repair is not None and a.repair.provider]
     block = rr.repair if rr is not None else None
     if not calls and block is None:
@@ -204,7 +197,6 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
 
 
 def _failure_id(failure: Failure) -> Optional[str]:
-    """A failure's selection: its pytest node id, else its runner-independent test identity."""
     return failure.nodeid or failure.test or None
 
 
@@ -343,9 +335,8 @@ def build_report(
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> Report:
-    """The report of ``incidents`` (docs/report.md "JSON"), sorted by ``created_at`` then id, a
-    repeated id kept once. ``effective_config``: the ralf_lite mapping (bare or in the files'
-    ``{"ralf_lite": ...}`` form); ``enabled``: False when selfheal itself is off."""
+    """The report of ``incidents``, sorted by ``created_at`` then id, a repeated id kept once;
+    ``effective_config`` bare or in the files' ``{"ralf_lite": ...}`` form."""
     values, resolved = _resolve_config(effective_config, origins, incidents)
     first: dict[str, IncidentRun] = {}
     for run in incidents:
@@ -356,9 +347,8 @@ def build_report(
 
 
 def report_triage(failures: Sequence[Failure], flaky: Collection[str]) -> list[TriageEntry]:
-    """The report's ``triage`` of one incident: each captured failure's recorded triage
-    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
-    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    """Each captured failure's recorded triage, turned ``flaky`` when the loop saw it pass on a
+    re-run with no code change (``flaky``: node ids); a quarantine still wins."""
     entries: list[TriageEntry] = []
     for failure in failures:
         recorded = failure.triage

@@ -1,7 +1,4 @@
-"""One incident as the user reads it (edge: reads the store): fields, status, failures grouped
-by root cause, plan summary, attempts, run result. ``selfheal show`` and the MCP server's
-``show`` tool both render this view: an ``IncidentView`` (records/report.py), JSON only in
-its ``to_json`` (``selfheal show --json``)."""
+"""One incident as the user reads it (edge): the view ``selfheal show`` and the MCP ``show`` tool render."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure):
-each captured test's failed runs, its latest outcome and whether it is flaky.
-"""
+"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure)."""
 
 from __future__ import annotations
 

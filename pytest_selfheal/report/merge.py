@@ -1,8 +1,4 @@
-"""Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
-
-Pure: ``Report`` records in (built, or read back by ``report.load.read_report``) and out
-(fields and rules: docs/report.md "Merging").
-"""
+"""Merging shard reports (the jobs of a CI matrix) into one report (pure; docs/report.md "Merging")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
-the counts, the task labels, over ``ReportIncident`` records (built, or a shard's read back),
-in :func:`assemble_report`, the one place a :class:`Report` is put together."""
+"""The plan-level rules of a report (pure, docs/report.md), in :func:`assemble_report`, the one
+place a :class:`Report` is put together."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge).
-
-Every surface that renders the markdown report calls :func:`report_markdown`, so a hook's
-sections appear everywhere the report does (docs/hooks.md); ``report.render`` stays pure.
-"""
+"""The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge):
+every surface renders through :func:`report_markdown`, so they appear wherever the report does."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The report's Loop Timeline: one incident's loop as a small mermaid flowchart (pure).
-
-Labels keep only characters mermaid cannot read as syntax; at most
-``MERMAID_MAX_ITERATIONS`` iterations are drawn, the earlier ones counted in one node.
-"""
+"""The report's Loop Timeline: one incident's loop as a small mermaid flowchart (pure)."""
 
 from __future__ import annotations
 
