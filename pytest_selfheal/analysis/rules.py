@@ -59,31 +59,23 @@ class Rule:
     def __post_init__(self) -> None:
         if self.failure_type not in TYPE_DEFAULTS:
             raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
-        # A frozen dataclass: derived attributes are set through object.__setattr__.
-        object.__setattr__(self, "result", self._classification())
+        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
+        if self.failure_class is not None:
+            failure_class = FailureClass(self.failure_class)
+        elif self.transient:
+            failure_class = models.FAILURE_CLASS_TRANSIENT
+        object.__setattr__(self, "result", models.Classification(  # a frozen dataclass
+            failure_type=self.failure_type,
+            code_fixable=fixable if self.code_fixable is None else self.code_fixable,
+            transient=transient if self.transient is None else self.transient,
+            failure_class=failure_class,
+            rule=self.name,
+        ))
 
     @property
     def regex(self) -> Pattern[str]:
         """The compiled pattern, on first use: most rules never get past their keywords."""
         return compiled(self.pattern)
-
-    def _classification(self) -> models.Classification:
-        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
-        if self.code_fixable is not None:
-            fixable = self.code_fixable
-        if self.transient is not None:
-            transient = self.transient
-        if self.failure_class is not None:
-            failure_class = FailureClass(self.failure_class)
-        elif self.transient:
-            failure_class = models.FAILURE_CLASS_TRANSIENT
-        return models.Classification(
-            failure_type=self.failure_type,
-            code_fixable=fixable,
-            transient=transient,
-            failure_class=failure_class,
-            rule=self.name,
-        )
 
 
 # Each key of a rule object: its type and what an error says was expected.
@@ -116,9 +108,8 @@ MAX_PATTERN_REPEATS = 20
 
 
 def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
-    """``(its length, whether it is variable)`` of the quantifier at ``index`` that can match
-    its atom more than once: ``*``, ``+``, ``{m,}`` and ``{m,n}`` with m < n are variable,
-    ``{n}`` with n > 1 is not. ``(0, False)`` for none (``?`` matches at most once)."""
+    """``(its length, whether it is variable)`` of the quantifier at ``index`` that can match its
+    atom more than once (``{n}`` with n > 1 is not variable); ``(0, False)`` for none."""
     if index >= len(pattern):
         return 0, False
     if pattern[index] in "*+":
@@ -137,12 +128,9 @@ def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
 
 
 def backtracking_problem(pattern: str) -> Optional[str]:
-    """Why searching ``pattern`` may take exponential (or high polynomial) time, or None: a
-    group repeated more than once that holds a variable repeat or an alternation (``(a+)+``,
-    ``(\\w+\\s?)*``, ``(a|ab)*``, ``(.*a){20}``), more than :data:`MAX_PATTERN_REPEATS`
-    variable repeats, or more than :data:`MAX_PATTERN_CHARS` characters. A static bound on
-    the shape, not a proof: some harmless patterns of that shape are refused too (write
-    ``(?:ab)+`` without the inner repeat)."""
+    """Why searching ``pattern`` may take exponential (or high polynomial) time, or None: a repeated
+    group holding a variable repeat or an alternation (``(a+)+``, ``(a|ab)*``), too many variable
+    repeats or characters. A static bound on the shape, not a proof."""
     if len(pattern) > MAX_PATTERN_CHARS:
         return f"longer than {MAX_PATTERN_CHARS} characters"
     groups: list[list[bool]] = [[False, False]]  # per open group: holds a variable repeat, holds an alternation
@@ -202,8 +190,7 @@ def regex_problem(pattern: str) -> Optional[str]:
 
 
 def rule_from_mapping(entry: Any, at: str) -> Rule:
-    """The one validator of a classification rule (:data:`RULE_KEYS`), from config or from a
-    hook; ConfigError naming ``at`` and the key."""
+    """The one validator of a classification rule, from config or a hook (ConfigError naming ``at``)."""
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
     for key in entry:
@@ -223,15 +210,7 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         raise ConfigError(
             f"{at}.pattern: expected a valid regular expression, got {describe_value(entry['pattern'])}: {problem}"
         )
-    return Rule(
-        name=entry["name"],
-        pattern=entry["pattern"],
-        failure_type=entry["failure_type"],
-        code_fixable=entry.get("code_fixable"),
-        transient=entry.get("transient"),
-        failure_class=entry.get("failure_class"),
-        keywords=tuple(k.lower() for k in entry.get("keywords", [])),
-    )
+    return Rule(**{**entry, "keywords": tuple(k.lower() for k in entry.get("keywords", []))})
 
 
 def rules_from_config(rules: Any, where: str = "classification.rules") -> list[Rule]:
@@ -242,8 +221,7 @@ def rules_from_config(rules: Any, where: str = "classification.rules") -> list[R
 
 
 def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
-    """The rules ``pytest_selfheal_classification_rules`` returned (hook payloads), validated
-    like the config's; parsed once per run, where the hook is called."""
+    """The rules the ``pytest_selfheal_classification_rules`` hooks returned, validated like the config's."""
     return rules_from_config(list(hooked))
 
 

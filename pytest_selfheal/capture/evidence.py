@@ -41,6 +41,14 @@ _CALL_KEYS = ("path", "name")
 _MAX_DECORATOR_LINES = 40
 
 
+def _code_of(obj: Any) -> tuple[Any, Optional[types.CodeType]]:
+    """The function under a decorated, bound or class method, and its code (None: not a function)."""
+    func = inspect.unwrap(obj)
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    return func, code if isinstance(code, types.CodeType) else None
+
+
 def _code_names(code: types.CodeType) -> list[str]:
     """Global and attribute names ``code`` uses, nested code (lambdas, comprehensions) included."""
     names: list[str] = list(code.co_names)
@@ -51,9 +59,8 @@ def _code_names(code: types.CodeType) -> list[str]:
 
 
 def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> str:
-    """The qualified name of ``code``'s function (``Cache.popitem``), ``frame`` one of its
-    frames. A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after
-    the function it is written in: that is the function a reader fixes."""
+    """The qualified name of ``code``'s function (``frame``: one of its frames); a lambda or a
+    comprehension is named after the function it is written in, the one a reader fixes."""
     name = getattr(code, "co_qualname", None)  # Python 3.11+
     if not isinstance(name, str):
         name = _method_name(code, frame) if frame is not None else code.co_name
@@ -104,7 +111,6 @@ class Resolver:
     # ------------------------------------------------------------------ files
 
     def relative(self, filename: str) -> Optional[str]:
-        """``filename`` as a project-relative POSIX path, or None outside the project."""
         if filename in self._paths:
             return self._paths[filename]
         rel = repo_relative(filename, self.root) if filename else None
@@ -116,10 +122,8 @@ class Resolver:
     # ------------------------------------------------------------------ frame
 
     def frames(self, traceback: Iterable[Any]) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
-        """The innermost project frame outside the tests, the project frames the traceback
-        (:class:`types.TracebackType` links) passed through on its way there (outermost first,
-        at most :data:`MAX_STACK`, the innermost excluded), and the last line of a test file it
-        passed (``path``, ``line``: the assertion, or the test's call that raised)."""
+        """The innermost project frame outside the tests, the project frames the traceback passed
+        on its way there (outermost first, at most :data:`MAX_STACK`), and its last test-file line."""
         found: list[CodeRef] = []
         in_test: Optional[CodeRef] = None
         for entry in traceback:
@@ -143,7 +147,6 @@ class Resolver:
     # ------------------------------------------------------------------ calls
 
     def definition(self, obj: Any) -> Optional[Definition]:
-        """Where ``obj`` (a function, method or class) is defined in the project, or None."""
         key = id(obj)
         cached = self._defs.get(key)
         if cached is not None and cached[0] is obj:
@@ -159,10 +162,8 @@ class Resolver:
                 filename = getattr(module, "__file__", None) or ""
                 name = str(getattr(obj, "__qualname__", obj.__name__))
             else:
-                func = inspect.unwrap(obj)
-                func = getattr(func, "__func__", func)  # bound and class methods
-                code = getattr(func, "__code__", None)
-                if not isinstance(code, types.CodeType):
+                func, code = _code_of(obj)
+                if code is None:
                     return None
                 filename, name = code.co_filename, str(getattr(func, "__qualname__", code.co_name))
         except Exception:  # an object with a hostile __getattr__ or unwrap loop says nothing
@@ -174,12 +175,10 @@ class Resolver:
         return rel, name
 
     def calls(self, function: Any, owner: Any = None) -> list[Definition]:
-        """The project definitions (not in test files) that ``function``'s code names.
-        ``owner`` is the test's class: a name it binds (``Cache = cachetools.LRUCache`` in a
-        unittest class, used as ``self.Cache(...)``) counts like a global."""
-        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
-        code = getattr(func, "__code__", None)
-        if not isinstance(code, types.CodeType):
+        """The project definitions (not in test files) that ``function``'s code names; a name the
+        test's class ``owner`` binds (``Cache = LRUCache``, used as ``self.Cache()``) counts too."""
+        func, code = _code_of(function)
+        if code is None:
             return []
         namespace: dict[str, object] = getattr(func, "__globals__", {})
         if inspect.isclass(owner):
@@ -221,10 +220,10 @@ class Resolver:
                 if where is None or where in found:
                     continue
                 if is_test_file(where[0]):
-                    helper = getattr(inspect.unwrap(candidate), "__code__", None)
-                    if depth > 0 and isinstance(helper, types.CodeType):
-                        globs = getattr(inspect.unwrap(candidate), "__globals__", {})
-                        found.extend(d for d in self._code_calls(helper, globs, depth - 1) if d not in found)
+                    helper, helper_code = _code_of(candidate)
+                    if depth > 0 and helper_code is not None:
+                        globs = getattr(helper, "__globals__", {})
+                        found.extend(d for d in self._code_calls(helper_code, globs, depth - 1) if d not in found)
                     continue
                 found.append(where)
                 if inspect.isclass(candidate):
@@ -233,10 +232,8 @@ class Resolver:
         return found
 
     def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
-        """The project methods of ``cls`` (its own or inherited) that ``code`` names as
-        attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
-        through an operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a
-        test names a class to build one), where they are defined."""
+        """The project methods of ``cls`` that ``code`` names as attributes or reaches through an
+        operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a class named is built)."""
         found: list[Definition] = []
         for name in [*_code_names(code), *_implied_dunders(code), "__init__"]:  # a class named is built
             attr = inspect.getattr_static(cls, name, None)
@@ -252,11 +249,9 @@ class Resolver:
         return found
 
     def doctest(self, dtest: Any, excinfo: Any) -> Optional[RootCause]:
-        """The ``root_cause`` evidence of a failing doctest (a ``doctest.DocTest``): its
-        calls are the object whose docstring holds it, then what its examples name (looked
-        up in its module, since the doctest's own globals are cleared after it ran); its
-        frame, for an example that raised, is where the exception was raised in the project.
-        So a doctest joins the group of the code failures that share its cause."""
+        """The evidence of a failing doctest, so it joins the code failures that share its cause: the
+        object whose docstring holds it, what its examples name (in its module: the doctest's own
+        globals are cleared after it ran), and for an example that raised, where in the project."""
         try:
             module, owner = _doctest_owner(str(getattr(dtest, "name", "") or ""))
             found: list[Definition] = []
@@ -281,13 +276,10 @@ class Resolver:
     # ------------------------------------------------------------------ both
 
     def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
-        """The project definitions the test reaches through its fixture values: for an
-        argument holding an instance of a project class, the methods of that class the
-        test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
-        argument holding a project function or class, that object."""
-        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
-        code = getattr(func, "__code__", None)
-        if not isinstance(code, types.CodeType) or not funcargs:
+        """The project definitions the test reaches through its fixture values: a project function
+        or class; for an instance of a project class, the methods the test names, else the class."""
+        _, code = _code_of(function)
+        if code is None or not funcargs:
             return []
         names = _code_names(code)
         found: list[Definition] = []
@@ -310,8 +302,7 @@ class Resolver:
         return found
 
     def where(self, definition: Definition) -> CodeRef:
-        """A called definition as evidence: ``path``, ``name``, the line of its ``def`` (a
-        function) or its project base classes as ``path::name`` (a class)."""
+        """A called definition as evidence: the line of a function's ``def``, a class's project bases."""
         path, name = definition
         obj = self._objects.get(definition)
         if obj is None:
@@ -320,8 +311,8 @@ class Resolver:
             bases = [self.definition(b) for b in obj.__mro__[1:]]
             named = tuple(f"{b[0]}::{b[1]}" for b in bases if b is not None and not is_test_file(b[0]))
             return CodeRef(path, name, bases=named[:MAX_BASES], keys=_CALL_KEYS + (("bases",) if named else ()))
-        code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
-        if isinstance(code, types.CodeType):
+        _, code = _code_of(obj)
+        if code is not None:
             return CodeRef(path, name, def_line(code), keys=_FRAME_KEYS)
         return CodeRef(path, name, keys=_CALL_KEYS)
 
@@ -329,11 +320,8 @@ class Resolver:
         self, function: Any, traceback: Sequence[Any], funcargs: Optional[Mapping[str, object]] = None,
         owner: Any = None, error: Optional[BaseException] = None,
     ) -> Optional[RootCause]:
-        """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
-        neither a frame nor a call points into the project. ``funcargs`` are the test's
-        fixture values: their project classes count as calls when the test's own code
-        names no project definition. ``error`` is the exception: unless an assertion's, its
-        type is recorded, and where it was raised when that is outside the project."""
+        """The ``root_cause`` evidence of one failing test, or None when nothing points into the
+        project; ``error``: the exception, whose type (unless an assertion's) is recorded."""
         try:
             frame, stack, in_test = self.frames(traceback)
             called = self.calls(function, owner) if function is not None else []
@@ -349,8 +337,7 @@ class Resolver:
         return found
 
     def raised(self, traceback: Sequence[Any]) -> Optional[CodeRef]:
-        """The traceback's innermost frame when it is outside the project (a library, the
-        standard library): its file relative to the import root it was found under."""
+        """The traceback's innermost frame when outside the project, relative to its import root."""
         last = traceback[-1] if traceback else None
         if not isinstance(last, types.TracebackType) or self.relative(last.tb_frame.f_code.co_filename) is not None:
             return None
@@ -370,8 +357,6 @@ def exception_name(error: BaseException) -> str:
 
 def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequence[CodeRef] = (),
               test_line: Optional[CodeRef] = None) -> Optional[RootCause]:
-    """The ``root_cause`` record of a frame, the traceback's path, the test's own line and
-    the calls, or None when neither a frame nor a call points anywhere."""
     if frame is None and not calls:
         return None
     return RootCause(frame=frame, stack=tuple(stack), test_line=test_line, calls=tuple(calls))
@@ -389,8 +374,7 @@ _DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "s
 
 
 def _implied_dunders(code: types.CodeType) -> list[str]:
-    """The special methods ``code`` (nested code included) may call through an operator or
-    a builtin: ``c[k] = v`` → ``__setitem__``, ``len(c)`` → ``__len__``."""
+    """The special methods ``code`` may call through an operator or a builtin (``len(c)``: ``__len__``)."""
     found = [_DUNDER_BUILTINS[n] for n in code.co_names if n in _DUNDER_BUILTINS]
     # Each instruction is two bytes, its opcode first: read without building an Instruction each.
     found.extend(_DUNDER_OPS[op] for op in code.co_code[::2] if op in _DUNDER_OPS)
@@ -409,8 +393,7 @@ def _links(tb: Any) -> list[Any]:
 
 
 def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
-    """The imported module of a doctest named ``name`` (``pkg.mod.Class.method``) and the
-    object whose docstring holds it (the module itself for a module docstring)."""
+    """The imported module of a doctest named ``name`` and the object whose docstring holds it."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
@@ -423,8 +406,7 @@ def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
 
 
 def traceback_of(excinfo: Any) -> list[Any]:
-    """The raw traceback links of a pytest ``ExceptionInfo`` (its ``tb`` chain: cheaper than
-    pytest's ``traceback`` wrapper objects, and unfiltered)."""
+    """The raw traceback links of a pytest ``ExceptionInfo`` (cheaper than its wrappers, unfiltered)."""
     tb = getattr(excinfo, "tb", None)
     if not isinstance(tb, types.TracebackType):
         tb = getattr(getattr(excinfo, "value", None), "__traceback__", None)
