@@ -124,13 +124,10 @@ def first_stable_line(case: models.TestCaseResult) -> str:
     return exc_type or line
 
 
-# --------------------------------------------------------------------------------------
 # Normalisation. Each rule is (pattern, replacement); order matters and is documented in
 # docs/fingerprints.md. Placeholders are <UPPER> words: no rule matches inside them.
 
 Replacement = Union[str, Callable[[Match[str]], str]]
-
-
 _MMSS = r":[0-5]\d:[0-5]\d"
 _TS_TIME = rf"\d{{1,2}}{_MMSS}(?:[.,]\d+)?"
 _TS_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2})(?![\w<]))?"

@@ -10,9 +10,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
-# Source-like extensions accepted in the ``path:line`` forms; the explicit Python
-# ``File "..."`` form accepts any file name. The list keeps host:port pairs such as
-# ``db.example.com:5432`` out of the plan.
+# Source-like extensions of the ``path:line`` forms: the list keeps ``host.com:5432`` out of the plan.
 _EXTENSIONS = (
     "py|pyi|pyx|pxd|js|jsx|mjs|cjs|ts|tsx|mts|cts|vue|svelte|go|java|kt|kts|scala|groovy|rb|rs|"
     "c|h|cc|cpp|cxx|hpp|hh|m|mm|cs|fs|php|swift|dart|ex|exs|erl|lua|pl|pm|sh|bash|feature|"
@@ -22,8 +20,7 @@ _EXTENSIONS = (
 _FRAME_RE = re.compile(
     # Python traceback line.
     r'File "(?P<py>[^"\n]+)", line \d+'
-    # Every "path.ext:LINE" form: pytest short tracebacks, jest/node stacks, go output.
-    # It must start at a delimiter so that "xfoo.py:1" inside a word is not cut in two.
+    # Every "path.ext:LINE" form, starting at a delimiter ("xfoo.py:1" is not cut in two).
     r"|(?<![^\s(\"'\[=,;])(?P<loc>(?:[A-Za-z]:)?[^\s:\"'()<>\[\],;]+\.(?:" + _EXTENSIONS + r")):\d+",
 )
 

@@ -26,8 +26,7 @@ Definition = tuple[str, str]
 
 # Called definitions recorded per failing test; more say nothing new and bloat incident.json.
 MAX_CALLS = 12
-# Project frames kept from a traceback's path to its innermost frame: the callers nearest
-# the symptom, where a shared callee (one buggy ``__setitem__`` under five ``popitem``s) shows.
+# Project frames kept on a traceback's path to its innermost frame: where a shared callee shows.
 MAX_STACK = 8
 # Project base classes recorded for a called class (its methods' bugs are its bugs too).
 MAX_BASES = 4
@@ -108,8 +107,6 @@ class Resolver:
         self._calls: dict[tuple[types.CodeType, int], list[Definition]] = {}
         self._objects: dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
-    # ------------------------------------------------------------------ files
-
     def relative(self, filename: str) -> Optional[str]:
         if filename in self._paths:
             return self._paths[filename]
@@ -118,8 +115,6 @@ class Resolver:
             rel = repo_relative(os.path.realpath(filename), self.root)  # a symlinked checkout
         self._paths[filename] = rel
         return rel
-
-    # ------------------------------------------------------------------ frame
 
     def frames(self, traceback: Iterable[Any]) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
         """The innermost project frame outside the tests, the project frames the traceback passed
@@ -143,8 +138,6 @@ class Resolver:
         for item in found[:-1]:  # a recursive function once, at its innermost call
             stack = [s for s in stack if (s.path, s.name) != (item.path, item.name)] + [item]
         return found[-1], stack[-MAX_STACK:], in_test
-
-    # ------------------------------------------------------------------ calls
 
     def definition(self, obj: Any) -> Optional[Definition]:
         key = id(obj)
@@ -272,8 +265,6 @@ class Resolver:
         except Exception:  # evidence is best effort: a capture never fails for it
             return None
         return _evidence(frame, calls)
-
-    # ------------------------------------------------------------------ both
 
     def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
         """The project definitions the test reaches through its fixture values: a project function

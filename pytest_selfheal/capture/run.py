@@ -175,8 +175,7 @@ def capture_incident(
     redactor = effective.redactor
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
-    # One git pass for context.json, the diff hash and the history. The capture is the loop's
-    # first sighting: its diff hash lets iteration 1 see a code change.
+    # One git pass for context.json, the diff hash (iteration 1 sees a code change) and the history.
     snapshot = git.result() if git is not None else git_snapshot(rootdir, exclude=[reports_root])
     # The failure history: record this run, and triage each failure against the base branch.
     history = _record_history(effective, reports_root, rootdir, run_id, counts, failures, passed_on_rerun, warnings,

@@ -335,8 +335,6 @@ def plan_revision(plan: Plan) -> int:
     return plan.revision if plan.revision is not None and plan.revision >= 1 else 1
 
 
-# --------------------------------------------------------------------------- replan
-
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 

@@ -51,8 +51,7 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 _READ_FILES_NAME = "selfheal-read-files"
 # The outcome pytest-rerunfailures gives the report of a failed run it runs again.
 RERUN_OUTCOME: str = "rerun"
-# The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
-# so that xdist serialises it from the worker to the controller with the rest of the report.
+# The report attribute carrying a failure's root-cause evidence as JSON, which xdist serialises.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
@@ -158,11 +157,9 @@ class WorkerRootCauseHook(RootCauseHook):
         """Nothing: the wrapper above resolved it."""
 
 
-# The files the tests open (the seal's test data, config/seal.py): one audit hook per process,
-# installed with the first session that records (a hook cannot be removed), adding to the
-# innermost session recording (pytester runs sessions inside a session). A copy of this
-# module imported again (pytester drops the modules a run imported) finds that hook's stack
-# through an audit event of its own rather than installing a second hook.
+# The files the tests open (the seal's test data): one audit hook per process (a hook cannot be
+# removed), adding to the innermost session recording (pytester nests sessions). A copy of this
+# module imported again finds that hook's stack through an audit event of its own.
 _OPENING: list[set[tuple[Any, Any, Any]]] = []
 _PROBE = "pytest_selfheal.read_files"
 _OPENED_KEY = "selfheal_read_files"  # an xdist worker's read files, in its workeroutput
@@ -226,8 +223,7 @@ class ReadFiles:
         return sorted((read | self.from_workers) - written)
 
 
-# The colour of a summary line of each tone (records/vocab.py: a Tone is its string value;
-# pytest drops it under --color=no).
+# The colour of a summary line of each tone (a Tone is its string value).
 _MARKUP: dict[str, dict[str, bool]] = {
     "good": {"green": True},
     "bad": {"red": True, "bold": True},
@@ -250,15 +246,12 @@ class Recorder:
         self.evidence = evidence  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
-        # pytest's failing reports (test and collection reports: ``when`` is their phase), kept as
-        # they are; the session end reads them once (recorder/finish.py).
+        # pytest's failing test and collection reports, kept as they are for the session end.
         self.failed: list[Any] = []
-        # Failed runs a re-run plugin ran again (outcome ``rerun``; one per attempt), and the tests whose
-        # current attempt was re-run: a green run without a re-run only tests one empty set.
+        # Failed runs a re-run plugin ran again (one per attempt), and the tests whose current attempt was re-run.
         self.reruns: list[Any] = []
         self.rerun_attempt: set[str] = set()
-        # Failing reports seen at their failure and not logged (yet), with what they say: see
-        # pytest_exception_interact.
+        # Failing reports seen at their failure and not logged (yet): see pytest_exception_interact.
         self.unlogged: dict[str, list[Any]] = {}
         self.tests = 0
         self.skipped = 0
@@ -268,8 +261,7 @@ class Recorder:
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
-        # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
-        # tests and the processes they start do not see it (it marks what this run captures).
+        # `selfheal ci`'s run token, taken out of the environment before any test can see it.
         self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
         self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
@@ -282,8 +274,7 @@ class Recorder:
         # Only then is a report's id redacted to be looked up (one redact per report).
         self.watched_redacted = bool(self.watched) and self.loop_side().any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
-        # Every test that passed or skipped: a stopped incident continued after a code change
-        # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
+        # Every test that passed or skipped: a stopped incident continued after a code change learns from them.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (has_work)
@@ -311,8 +302,7 @@ class Recorder:
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:
-            # Only an incident folder in the inbox can be open. Once every incident is closed
-            # or archived, a run (a green one too) must not load the loop side to find none.
+            # Only an incident folder in the inbox can be open: without one, the loop side is not loaded.
             if not any(name.startswith(INCIDENT_PREFIX) for name in os.listdir(self.reports_root / INBOX_DIR)):
                 return []
         except (FileNotFoundError, NotADirectoryError):
@@ -320,9 +310,8 @@ class Recorder:
         except OSError:
             pass  # unreadable: reading the incidents says why (below)
         if self.ci_run:
-            # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
-            # session): adopting one would let an incident committed to the repository choose
-            # what runs under the job's token. The failures are captured as ci's own incident.
+            # Under `selfheal ci`, adopting an open incident would let one committed to the
+            # repository choose what runs under the job's token: ci captures its own.
             return []
         return self.loop_side().open_incidents()
 
@@ -349,9 +338,8 @@ class Recorder:
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        # Called at a failure only (a passing test pays nothing), after its report is logged;
-        # pytest-rerunfailures calls it before, and flaky never logs the failed runs it
-        # re-runs: a failure not logged by the session end is such a hidden run.
+        # Called at a failure only, after its report is logged; pytest-rerunfailures calls it before,
+        # and flaky never logs the runs it re-runs: a failure unlogged at the session end is hidden.
         last = self.failed[-1] if self.failed else None
         if not isinstance(report, pytest.TestReport) or not report.failed or (
                 last is not None and last.nodeid == report.nodeid and last.when == report.when):

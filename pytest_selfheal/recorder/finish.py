@@ -98,8 +98,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     warnings: list[str] = []
     git: Optional[PendingSnapshot] = None
     if reports and not recorder.open_incidents:
-        # Every failure will be captured: the capture's git and platform reads (subprocesses)
-        # run while the failures are analysed.
+        # Every failure will be captured: its git and platform subprocesses run during the analysis.
         git = PendingSnapshot(Path(recorder.config.rootpath), exclude=[recorder.reports_root])
         probe_platform()
     evidence = root_causes(reports, recorder.evidence)
@@ -231,8 +230,7 @@ def _write_report(recorder: Recorder) -> None:
     )
     for line in render_terminal(report):
         if recorder.ci_run and line.startswith("  next:"):
-            # `selfheal ci` started this run and loops what it captured right after it: no
-            # command for the reader to type.
+            # `selfheal ci` loops what this run captured right after it: no command to type.
             line = "  next: selfheal ci runs the RALF-Lite loop on what this run captured"
         # The one `next:` line is essential; the report's per-incident lines are details.
         level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY

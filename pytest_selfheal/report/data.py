@@ -30,8 +30,6 @@ INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
 RUN_RESULT_ORIGIN = "run_result.json"
 
-# --------------------------------------------------------------------------- input
-
 
 @dataclass(frozen=True)
 class IncidentRun:
@@ -64,8 +62,6 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
             flat[dotted] = value
     return flat
 
-
-# --------------------------------------------------------------------------- build
 
 
 def _resolve_config(

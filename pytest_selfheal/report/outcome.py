@@ -14,7 +14,6 @@ from pytest_selfheal.records.tolerant import as_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
-# Outcome: escalated, then replan_requested, then not finished, then resolved last.
 _OUTCOME_RANK: dict[str, int] = {
     FinalStatus.ESCALATED: 0,
     FinalStatus.REPLAN_REQUESTED: 1,

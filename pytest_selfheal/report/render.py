@@ -58,8 +58,6 @@ def _scalar(value: object) -> str:
     return json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
 
 
-# --------------------------------------------------------------------------- markdown helpers
-
 
 def text(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as inert inline markdown (docs/report.md "Escaping"): one line,
@@ -133,8 +131,6 @@ def _per_incident(report: Report, heading: str, block: Callable[[ReportIncident]
         lines += ([f"#### {code(entry.incident_id)}", ""] if _multi(report) else []) + block(entry) + [""]
     return lines[:-1]
 
-
-# --------------------------------------------------------------------------- markdown
 
 
 def render_headline(report: ReportInput) -> str:
@@ -506,8 +502,6 @@ def render_markdown(
             lines += [""] + section
     return "\n".join(line.rstrip() if line.strip() else "" for line in lines) + "\n"
 
-
-# --------------------------------------------------------------------------- terminal
 
 
 def render_terminal(report: ReportInput) -> list[str]:

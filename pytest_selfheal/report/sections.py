@@ -41,10 +41,8 @@ def report_markdown(report: ReportInput, pm: Optional[pluggy.PluginManager], *, 
     return render_markdown(as_report(report), headline=headline, extra_sections=hook_sections(pm, payload))
 
 
-# The report's sections by what a reader with little room needs first: the verdict (the
-# headline), what to do and the decision (0), why the loop stopped (1) -- below
-# ESSENTIAL_VALUE, never left out -- then what failed and the plan, the history, the
-# settings. A hook's section ranks last.
+# The report's sections by what a reader with little room needs first; below ESSENTIAL_VALUE
+# never left out; a hook's section ranks last.
 SECTION_VALUE: Mapping[str, int] = {
     "### Recommended Next Action": 0,
     "### Decision Point": 0,
