@@ -44,8 +44,7 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
 def analyse_junit(
     source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[list[str]] = None
 ) -> list[Analysed]:
-    """(Failure, Classification) of each failing testcase of one junit file, reruns
-    de-duplicated (the last record wins); InputError when it is no junit XML."""
+    """(Failure, Classification) of each failing testcase of a junit file; InputError when it is none."""
     return map_failing(source, lambda case: analyse_case(case, extra_rules), warnings=warnings)
 
 

@@ -192,8 +192,7 @@ def classify(
     *,
     headline: Optional[str] = None,
 ) -> models.Classification:
-    """The classification of the first rule that matches (module docstring), UNKNOWN when
-    none does. ``headline``: the case's :func:`first_stable_line`, when already computed."""
+    """The classification of the first matching rule, else UNKNOWN; ``headline``: the case's first stable line."""
     if headline is None:
         headline = first_stable_line(case)
     message = case.message[:MAX_MESSAGE]

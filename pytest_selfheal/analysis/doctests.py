@@ -52,8 +52,7 @@ def _example(lines: Sequence[str]) -> str:
 
 
 def doctest_line(text: str) -> Optional[str]:
-    """The failure line of a pytest doctest report, or None when ``text`` is not one
-    (module docstring)."""
+    """The failure line of a pytest doctest report, or None when ``text`` is not one."""
     if "DocTestFailure" not in text and "UnexpectedException" not in text:
         return None
     end = None

@@ -172,8 +172,7 @@ def _hash(match: Match[str]) -> str:
 
 
 class _Rule(NamedTuple):
-    """One normalisation: ``pattern`` -> ``replacement``, tried only when cheap necessary
-    conditions hold (most lines need only a few of the regexes)."""
+    """One normalisation, tried only when cheap necessary conditions hold (most lines need a few)."""
 
     chars: frozenset[str]  # characters a match always contains
     needles: tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
@@ -183,8 +182,7 @@ class _Rule(NamedTuple):
 
 
 def _keep_group_then(placeholder: str) -> Callable[[Match[str]], str]:
-    """Replacement keeping group 1 (e.g. ``pid=``) and replacing the rest: a function is
-    much cheaper than re's template expansion (``r"\1<PID>"``), run per match."""
+    """Replacement keeping group 1: much cheaper than re's template expansion, run per match."""
 
     def replace(match: Match[str]) -> str:
         return match.group(1) + placeholder
@@ -423,8 +421,7 @@ def unordered(text: str, depth: int = 0) -> str:
 # a bounded memo saves the regex work for every repeat.
 @functools.lru_cache(maxsize=4096)
 def normalise(text: str) -> str:
-    """``text`` with everything that varies between runs and machines replaced by placeholders
-    (docs/fingerprints.md); idempotent."""
+    """``text`` with what varies between runs and machines replaced by placeholders; idempotent."""
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
 

@@ -47,8 +47,7 @@ def _is_absolute(path: str) -> bool:
 
 
 def repo_relative(path: str, repo_root: str) -> Optional[str]:
-    """``path`` as a repo-relative POSIX path, or None outside ``repo_root`` (installed
-    packages, virtualenvs and caches count as outside)."""
+    """``path`` as a repo-relative POSIX path, or None outside ``repo_root`` or in installed packages."""
     path = _posix(path.strip())
     if not path or path.startswith("<"):  # <string>, <frozen importlib._bootstrap>
         return None
@@ -76,8 +75,7 @@ def frame_paths(text: str) -> Iterator[str]:
 
 
 def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> list[str]:
-    """Repo-relative paths of the traceback frames in ``text``, then of ``extra``, each once.
-    ``base``: the directory pytest ran from, which its frames' paths are relative to."""
+    """Repo-relative paths of the frames in ``text`` (relative to ``base``), then of ``extra``, each once."""
     seen: list[str] = []
     frames = [posixpath.join(base, p) if base and not _is_absolute(_posix(p)) else p for p in frame_paths(text)]
     for raw in frames + list(extra):
@@ -91,8 +89,7 @@ _TEST_DIRS = frozenset({"test", "tests", "testing"})
 
 
 def is_test_file(path: str) -> bool:
-    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
-    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
+    """A test, a conftest or a fixture: any file below a ``test``/``tests``/``testing`` directory too."""
     text = path.replace("\\", "/").strip()
     parts = (posixpath.normpath(text) if text else "").split("/")
     name = parts[-1]

@@ -40,8 +40,7 @@ def compiled(pattern: str) -> Pattern[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One classification rule: if ``pattern`` matches (``re.MULTILINE``), the failure is
-    ``failure_type``; ``None`` flags take the type's defaults (:data:`TYPE_DEFAULTS`)."""
+    """One classification rule: ``pattern`` matched means ``failure_type``; ``None`` flags: the type's defaults."""
 
     name: str
     pattern: str
@@ -172,8 +171,7 @@ def backtracking_problem(pattern: str) -> Optional[str]:
 
 
 def regex_problem(pattern: str) -> Optional[str]:
-    """Why ``pattern`` is not a usable regular expression, or None when it is: it must compile,
-    and its search must have a bounded cost (:func:`backtracking_problem`)."""
+    """Why ``pattern`` is no usable regular expression (it must compile, at a bounded cost), or None."""
     problem = backtracking_problem(pattern)
     if problem is not None:
         return problem
@@ -226,6 +224,5 @@ def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
 
 
 def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Rule] = ()) -> list[Rule]:
-    """The extra rules of a run, hook-provided first: capture and every verification build
-    them here, so one failure gets one type (and one fingerprint) on every surface."""
+    """The extra rules of a run, hook-provided first: one failure gets one type on every surface."""
     return [*hooked, *configured]

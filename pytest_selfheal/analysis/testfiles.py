@@ -36,8 +36,7 @@ def test_code_paths(nodeids: Iterable[str]) -> list[str]:
 
 
 def _docstrings(source: bytes) -> bytes:
-    """A module's docstrings (where its doctests are), in order; the whole source when it
-    does not parse (then any edit counts)."""
+    """A module's docstrings, in order; the whole source when it does not parse (then any edit counts)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -67,15 +66,12 @@ def is_recorded(data: bytes, recorded: str) -> bool:
 
 
 def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
-    """``{path: digest}``: sha256 of a test file's bytes, of a code module's docstrings
-    (:data:`DOCTESTS`: a doctest's own module); ``missing`` for a file that does not exist
-    (or cannot be read)."""
+    """``{path: digest}`` of a test file's bytes or a code module's docstrings; ``missing`` if unreadable."""
     return {path: _digest(rootdir, path, path.endswith(".py") and not is_test_file(path)) for path in paths}
 
 
 def changed(rootdir: Path, recorded: Mapping[str, str]) -> list[str]:
-    """The recorded paths whose content differs now (created, edited or deleted), each
-    compared as it was recorded (a whole file, or a code module's docstrings)."""
+    """The recorded paths whose content differs now, each compared as it was recorded."""
     return [path for path in sorted(recorded)
             if _digest(rootdir, path, recorded[path].startswith(DOCTESTS)) != recorded[path]]
 
@@ -90,8 +86,7 @@ def _section_paths(chunk: str) -> tuple[str, ...]:
 
 
 def patch_sections(patch: str) -> tuple[str, list[str]]:
-    """``(head, sections)``: the text before the first ``diff --git`` line, then one git
-    section per file, in patch order."""
+    """``(head, sections)``: the text before the first ``diff --git`` line, then one section per file."""
     chunks = _SECTION.split(patch)
     if chunks and not chunks[0].startswith("diff --git "):
         return chunks[0], chunks[1:]
@@ -99,15 +94,13 @@ def patch_sections(patch: str) -> tuple[str, list[str]]:
 
 
 def patch_test_files(patch: str) -> list[str]:
-    """The tests, conftests and fixtures a git patch's sections name (either side of a
-    rename), each once, in patch order."""
+    """The tests, conftests and fixtures a git patch names (either side of a rename), each once."""
     _, sections = patch_sections(patch)
     return list(dict.fromkeys(path for chunk in sections for path in _section_paths(chunk) if is_test_file(path)))
 
 
 def tests_first(patch: str) -> str:
-    """The patch with the sections of tests, conftests and fixtures first: a test edit is
-    what a reviewer must see before the fix."""
+    """The patch with the test files' sections first: a reviewer must see a test edit before the fix."""
     head, sections = patch_sections(patch)
     return head + "".join(sorted(sections, key=lambda chunk: not any(map(is_test_file, _section_paths(chunk)))))
 

@@ -27,8 +27,7 @@ _PLATFORM_PROBE: list[threading.Thread] = []
 
 
 def probe_platform() -> None:
-    """Start reading the platform string in a thread, once per process, so that the
-    capture does not wait for its subprocess (call it when the tests are done)."""
+    """Start reading the platform string in a thread, once per process: the capture need not wait for it."""
     if not _PLATFORM_PROBE:
         thread = threading.Thread(target=platform.platform, name="selfheal-platform", daemon=True)
         _PLATFORM_PROBE.append(thread)
@@ -48,8 +47,7 @@ def run_context(
     git: Optional[GitContext],
     redactor: Optional[Redactor] = None,
 ) -> RunContext:
-    """Everything ``context.json`` records about the run, with secrets removed by ``redactor``;
-    ``git`` is :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
+    """Everything ``context.json`` records about the run, redacted; ``git``: the snapshot's context."""
     import pytest
 
     for probe in _PLATFORM_PROBE:

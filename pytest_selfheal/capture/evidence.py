@@ -83,8 +83,7 @@ def def_line(code: types.CodeType) -> int:
 
 
 def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
-    """Before Python 3.11 a code object knows only its bare name: a method's class is the one,
-    along the class of its first argument (``self``, ``cls``), that defines this code."""
+    """Before Python 3.11: a method's class is the one along its first argument's class defining this code."""
     if not code.co_argcount:
         return code.co_name
     first = frame.f_locals.get(code.co_varnames[0])

@@ -38,12 +38,7 @@ def build_incident(
     rootdir: str,
     run_id: Optional[str] = None,
 ) -> Incident:
-    """The incident the capture records, without the fields the store fills in (its id,
-    status and times: ``Store.create_incident``).
-
-    The first failure (in run order) gives ``step``, ``message``, ``failure_class`` and
-    ``error_signature``; every failure is kept in ``failures`` with its fingerprint.
-    """
+    """The incident the capture records (the store fills in its id, status and times); the first failure leads."""
     if not failures:
         raise ValueError("an incident needs at least one failure")
     first = failures[0]

@@ -37,9 +37,7 @@ def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
 
 
 def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
-    """The tokens of ``args`` (pytest's command line) to replay, in order, each option with
-    its value. Unknown options (not registered by pytest, a plugin or a conftest) and
-    positional arguments are dropped."""
+    """The options of ``args`` to replay, in order, with their values; unknown ones and positionals dropped."""
     kept: list[str] = []
     index = 0
     while index < len(args):
@@ -76,8 +74,7 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
 
 
 def option_lookup(config: Any) -> Optional[OptionLookup]:
-    """The lookup over ``config``'s option parser (every option pytest, its plugins and the
-    conftests registered), or None when this pytest does not expose it."""
+    """The lookup over ``config``'s option parser, or None when this pytest does not expose it."""
     parser = getattr(getattr(config, "_parser", None), "optparser", None)
     actions = getattr(parser, "_option_string_actions", None)
     if not isinstance(actions, dict):

@@ -98,8 +98,7 @@ _XDIST_WORKER = re.compile(r"gw\d+")
 
 
 def _selection(failure: Failure) -> Optional[str]:
-    """The pytest selection of a failure: its node id, else its junit test identity; none for
-    an error an xdist worker reports under its own name (``gw1``: not a test to re-run)."""
+    """A failure's node id or junit identity; none for an xdist worker's own error (``gw1``)."""
     selection = failure.nodeid or failure.test or None
     return None if selection is not None and _XDIST_WORKER.fullmatch(selection) else selection
 

@@ -59,8 +59,7 @@ def _explains(frame: Definition, call: Definition) -> bool:
 def group_by_root_cause(
     failures: Sequence[Failure], fingerprint_key: Callable[[Failure], Hashable]
 ) -> list[Group]:
-    """The failures in root-cause groups, in order of each group's first failure;
-    ``fingerprint_key`` groups the failures without evidence."""
+    """The failures in root-cause groups, in order of first failure; ``fingerprint_key`` for the rest."""
     groups: dict[tuple[Hashable, ...], Group] = {}
     assigned: list[tuple[Hashable, ...]] = []
     frames: dict[Definition, tuple[Hashable, ...]] = {}
@@ -112,8 +111,7 @@ def selection_file(selection: str) -> Optional[str]:
 
 
 def evidence_paths(group: Group) -> list[str]:
-    """The source files the group's evidence points at: its own definition first, then the
-    other frames and called definitions of its failures (never a test file)."""
+    """The source files the group's evidence points at, its own definition first (never a test file)."""
     paths: list[str] = [group.path] if group.path else []
     for member in group.members:
         for ref in [frame_of(member), *calls_of(member)]:

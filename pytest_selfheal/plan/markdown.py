@@ -53,8 +53,7 @@ def _size(lines: list[str]) -> int:
 
 
 def render_plan_md(plan: Plan) -> str:
-    """``plan.md``, bounded at any size (:data:`MAX_PLAN_MD_BYTES`): actions that do not fit are
-    counted, not shown (plan.json holds them all)."""
+    """``plan.md``: actions past :data:`MAX_PLAN_MD_BYTES` counted, not shown (plan.json holds all)."""
     lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
     meta = f"Generated {plan.generated_at}"
     revision = plan_revision(plan)

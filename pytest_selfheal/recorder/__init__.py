@@ -187,8 +187,7 @@ def _opening() -> list[set[tuple[Any, Any, Any]]]:
 
 
 class ReadFiles:
-    """The files under the rootdir this session's tests opened for reading and never for
-    writing, on a worker sent to the controller (xdist's ``workeroutput``)."""
+    """The files under the rootdir this session's tests opened for reading only (a worker's sent on)."""
 
     def __init__(self, rootdir: Path) -> None:
         self.prefix = os.path.join(rootdir, "")

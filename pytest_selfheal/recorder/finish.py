@@ -56,8 +56,7 @@ def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> 
 
 
 def root_causes(reports: Reports, resolved: Mapping[str, RootCause]) -> dict[str, RootCause]:
-    """Each failing test's root-cause evidence by its node id as written, the first failing
-    phase's: an xdist worker's rides on its report as JSON, else it was ``resolved`` here."""
+    """Each failing test's evidence by node id as written: an xdist worker's rides on its report."""
     evidence: dict[str, RootCause] = {}
     for nodeid, report in reports:
         found = _carried(getattr(report, ROOT_CAUSE_ATTR, None)) or resolved.get(report.nodeid)
@@ -202,8 +201,7 @@ def _passed_on_rerun(recorder: Recorder, warnings: list[str]) -> list[Failure]:
 
 
 def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
-    """The seal of this run (config/seal.py), taken only when it captures; ``code``: modules to
-    check for test-aware code beside those this process imported."""
+    """This run's seal (taken when it captures); ``code``: more modules to check for test-aware code."""
     config = recorder.config
     root = Path(config.rootpath)
     reported = itertools.chain(recorder.passed, recorder.skipped_ids, (f.nodeid for f in recorder.failed))

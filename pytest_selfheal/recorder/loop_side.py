@@ -56,9 +56,7 @@ class LoopSide:
             return []
 
     def fresh_pycache(self) -> tuple[Optional[str], str]:
-        """A run that may be an incident's verdict compiles every module it imports from now on
-        afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
-        Returns the prefix to restore and the folder to remove."""
+        """Compile every module imported from now on afresh (docs/loop.md "The seal"); what to undo."""
         cache = (sys.pycache_prefix, fresh_pycache())
         sys.pycache_prefix = cache[1]
         return cache
@@ -190,8 +188,7 @@ class LoopSide:
         return rest, still_open
 
     def every_outcome(self, failures: list[Any]) -> dict[str, str]:
-        """This run's outcome of every test it ran, as the incidents know its id: a failure over a
-        skip over a pass (a re-run plugin's last attempt decides, as in pytest's summary)."""
+        """This run's outcome of each test it ran, by the incidents' ids: a failure over a skip over a pass."""
         recorder = self.recorder
         passed, skipped = recorder.passed, recorder.skipped_ids
         if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
@@ -203,8 +200,7 @@ class LoopSide:
         return out
 
     def run_loop(self, captured: IncidentRun) -> IncidentRun:
-        """``--selfheal-loop``: the loop on the incident this run captured (its records as
-        written); returns them as the loop left them."""
+        """``--selfheal-loop`` on the incident this run captured; its records as the loop left them."""
         recorder = self.recorder
         store = self.store()
         state = LoopRun.resume(store, captured.incident.incident_id, captured.incident, captured.plan)

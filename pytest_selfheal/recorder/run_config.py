@@ -27,8 +27,7 @@ def _ini_values(config: pytest.Config) -> dict[str, str]:
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags; the defaults when
-    :func:`has_config` found none to read); a bad one is a usage error."""
+    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
     overrides: list[Override] = []
     addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
     for dest, key in FLAG_KEYS.items():

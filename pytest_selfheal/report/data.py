@@ -69,8 +69,7 @@ def _resolve_config(
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report's config (missing keys from the defaults) and every leaf's origin: the given
-    config, else the first one a run_result.json recorded."""
+    """The report's config (defaults filled in) and each leaf's origin."""
     given, given_origin = effective_config, DEFAULT_ORIGIN
     if given is None:
         recorded = [run.run_result.effective_config for run in runs
@@ -154,8 +153,7 @@ def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]
 
 
 def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Optional[dict[str, object]]:
-    """What the repair did, or None when no provider ran: each call, then the end (applied,
-    proposed, or nothing kept)."""
+    """What the repair did (each call, then the end), or None when no provider ran."""
     calls = [a for a in attempts if a.repair is not None and a.repair.provider]
     block = rr.repair if rr is not None else None
     if not calls and block is None:
@@ -331,8 +329,7 @@ def build_report(
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> Report:
-    """The report of ``incidents``, sorted by ``created_at`` then id, a repeated id kept once;
-    ``effective_config`` bare or in the files' ``{"ralf_lite": ...}`` form."""
+    """The report of ``incidents``, sorted by ``created_at`` then id, a repeated id kept once."""
     values, resolved = _resolve_config(effective_config, origins, incidents)
     first: dict[str, IncidentRun] = {}
     for run in incidents:

@@ -13,8 +13,7 @@ from pytest_selfheal.store.root import Store
 
 
 def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[PlanAction, ...]:
-    """The incident's failures grouped by root cause: the plan's actions (which hold the
-    grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
+    """The failures grouped by root cause: the plan's actions, or the same grouping without a plan."""
     if plan is not None and plan.actions:
         return plan.actions
     return tuple(
@@ -25,8 +24,7 @@ def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[PlanAction, .
 
 
 def incident_view(store: Store, incident_id: str) -> IncidentView:
-    """One incident as records: what ``selfheal show`` prints and the MCP ``show`` tool
-    digests (errors are raised, not hidden: 2 bad id, 3 corrupted files, 4 unknown id)."""
+    """One incident as records (errors raised: 2 bad id, 3 corrupted files, 4 unknown id)."""
     bucket, folder = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)

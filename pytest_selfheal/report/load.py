@@ -74,8 +74,7 @@ def latest_incident(store: Store) -> tuple[Optional[str], str]:
 
 
 def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:
-    """The ids to report: ``incident_id``; or all (``every``, oldest first); or the latest
-    (:func:`latest_incident`)."""
+    """The ids to report: ``incident_id``, or all (``every``, oldest first), or the latest."""
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
     if every:

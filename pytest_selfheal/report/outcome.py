@@ -62,8 +62,7 @@ def _severity(entry: ReportIncident) -> tuple[int, int]:
 
 
 def deciding_incident(incidents: Sequence[ReportIncident]) -> Optional[ReportIncident]:
-    """The incident whose outcome is the plan's: the "worst" one by outcome, then stop reason,
-    then report order (docs/report.md)."""
+    """The incident whose outcome is the plan's: the worst by outcome, then stop reason, then order."""
     return min(incidents, key=_severity, default=None)
 
 
@@ -76,8 +75,7 @@ def assemble_report(
     config_differences: Sequence[ConfigDifference] = (),
     shards: Sequence[Shard] = (),
 ) -> Report:
-    """The report of ``incidents`` (in report order; ``report.data.build_report``,
-    ``report.merge``): their tasks labelled, the plan-level fields derived from them."""
+    """The report of ``incidents`` (in report order): tasks labelled, plan-level fields derived."""
     labels = _task_labels(incidents)
     labelled = tuple(replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, names)))
                      for e, names in zip(incidents, labels))

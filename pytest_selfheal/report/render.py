@@ -472,8 +472,7 @@ def render_markdown(
     headline: bool = False,
     mermaid: bool = True,
 ) -> str:
-    """The report as markdown: the head GSD plan summaries paste unchanged, then details;
-    ``headline`` (PR comment, job summary) before it, a hook's ``extra_sections`` after."""
+    """The report as markdown; ``headline`` before it (PR comment, job summary), hook sections after."""
     records = as_report(report)
     lines: list[str] = [render_headline(records), ""] if headline else []
     lines += _head(records)

@@ -17,8 +17,7 @@ HOOK_NAME = "pytest_selfheal_report_sections"
 
 
 def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The sections the hooks of ``pm`` add to ``report``; a hook that raises or returns
-    anything else is a one-line ConfigError naming its plugin where it can."""
+    """The sections the hooks of ``pm`` add to ``report``; a bad hook is a one-line ConfigError."""
     try:
         sections = hooks.report_sections(pm, report)
     except Exception as exc:  # a third-party hook: report it in one line, never a traceback
@@ -34,9 +33,7 @@ def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any])
 
 
 def report_markdown(report: ReportInput, pm: Optional[pluggy.PluginManager], *, headline: bool = False) -> str:
-    """``render_markdown(report)`` plus the sections of the report-section hooks of ``pm``
-    (``report``: a report, or the JSON of one, such as the ``selfheal ci`` document); a hook
-    is given the report JSON."""
+    """``render_markdown(report)`` plus the hooks' sections (a hook is given the report JSON)."""
     payload = report if isinstance(report, Mapping) else report.to_json()
     return render_markdown(as_report(report), headline=headline, extra_sections=hook_sections(pm, payload))
 
@@ -66,8 +63,7 @@ _HOOK_VALUE = 9
 
 
 def report_section_value(block: str) -> int:
-    """The :data:`SECTION_VALUE` of one block of the markdown report (its heading line); the
-    headline before the first heading (``**selfheal: …**``, the verdict) is 0."""
+    """The :data:`SECTION_VALUE` of one block of the markdown report; the headline's is 0."""
     heading = block.split("\n", 1)[0].strip()
     if not heading.startswith("#"):
         return 0

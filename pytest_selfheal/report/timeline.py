@@ -16,8 +16,7 @@ def _mermaid_label(value: str) -> str:
 
 
 def mermaid_timeline(entry: ReportIncident) -> list[str]:
-    """One incident's loop as a small mermaid flowchart: the capture, each iteration (its mode,
-    passed or how many failing, whether the fingerprint changed), the stop."""
+    """One incident's loop as a mermaid flowchart: the capture, each iteration, the stop."""
     capture_count = len(entry.capture_tests) or len(entry.capture_fingerprints)
     nodes = [f'  c0["capture: {capture_count} failing"]']
     edges: list[str] = []
