@@ -41,14 +41,10 @@ def _where_md(action: PlanAction) -> list[str]:
 
 def _listed(items: Sequence[str], limit: int) -> list[str]:
     """At most ``limit`` items of a list, then "… N more"."""
-    values = list(items)
-    if len(values) <= limit:
-        return values
-    return values[:limit] + [f"… {len(values) - limit} more"]
+    return list(items[:limit]) + ([f"… {len(items) - limit} more"] if len(items) > limit else [])
 
 
 def _size(lines: list[str]) -> int:
-    """The bytes ``lines`` take in plan.md, a newline after each."""
     return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
 
 
@@ -78,14 +74,11 @@ def render_plan_md(plan: Plan) -> str:
             tail.append(f"- Revision {entry.revision}: {entry.iterations} iteration(s), fingerprints seen: {fps}")
     budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
     lines += ["", "## Actions", ""]
-    lines += [
-        "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
-        "|----|----------|------|-------|--------------|------------|-------|",
-    ]
+    lines += ["| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
+              "|----|----------|------|-------|--------------|------------|-------|"]
     size = _size(lines)  # kept running, not recounted from the top for each block
 
     def within(block: list[str], always: bool = False) -> bool:
-        """Append ``block`` when the plan stays under the budget with it (or ``always``)."""
         nonlocal size
         if size + _size(block) > budget and not always:
             return False
@@ -95,18 +88,9 @@ def render_plan_md(plan: Plan) -> str:
 
     shown = 0
     for action in actions[:_MD_MAX_ROWS]:
-        row = "| " + " | ".join(
-            _cell(v)
-            for v in (
-                action.id,
-                action.priority,
-                action.risk,
-                action.title,
-                _listed(action.target_paths, 5),
-                _listed(action.test_paths, 5),
-                _listed(action.nodeids, 3),
-            )
-        ) + " |"
+        row = "| " + " | ".join(_cell(v) for v in (
+            action.id, action.priority, action.risk, action.title, _listed(action.target_paths, 5),
+            _listed(action.test_paths, 5), _listed(action.nodeids, 3))) + " |"
         if not within([row]):
             break
         shown += 1

@@ -175,10 +175,8 @@ def _head(report: Report) -> list[str]:
     ]
     tasks = [task for entry in report.incidents for task in entry.tasks]
     for task in tasks[:SECTION_MAX_ROWS]:
-        label = cell(text(task.label, 80))
-        stop = task.stop_reason
-        lines.append(f"| {label.ljust(4)} | {str(task.attempts).ljust(8)} | "
-                     f"{cell(text(stop, 60)) if stop else DASH} |")
+        stop = cell(text(task.stop_reason, 60)) if task.stop_reason else DASH
+        lines.append(f"| {cell(text(task.label, 80)).ljust(4)} | {str(task.attempts).ljust(8)} | {stop} |")
     return lines + _more(len(tasks) - SECTION_MAX_ROWS, "tasks")
 
 
@@ -223,13 +221,9 @@ def _section_stop(report: Report) -> list[str]:
         ])
     lines += _table(["Incident", "Status", "Final Status", "Stop Reason", "Iterations", "Same Error Repeats",
                      "Runtime", "Archived To"], rows)
-    signatures = [(e.incident_id, e.error_signature) for e in incidents if e.error_signature]
-    if signatures:
-        lines.append("")
-        for incident_id, signature in signatures:
-            prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
-            lines.append(f"- {prefix}: {code(signature)}")
-    return lines
+    signatures = [f"- {f'{code(e.incident_id)} error signature' if _multi(report) else 'Error signature'}: "
+                  f"{code(e.error_signature)}" for e in incidents if e.error_signature]
+    return lines + ([""] + signatures if signatures else [])
 
 
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
@@ -289,10 +283,7 @@ def _config_difference_lines(report: Report) -> list[str]:
                      "(the table shows the first shard's config)")
     base = flatten_config(report.effective_config)
     for entry in report.incidents:
-        recorded = entry.run_config
-        if recorded is None:
-            continue
-        own = flatten_config(recorded)
+        own = flatten_config(entry.run_config or {})
         keys = sorted(k for k in own if k in base and own[k] != base[k])
         if keys:
             ran_with = ", ".join(f"{k}={_scalar(own[k])}" for k in keys)
@@ -366,13 +357,8 @@ def _section_new_failures(report: Report) -> list[str]:
 
 
 def _grid_tests(entry: ReportIncident) -> list[str]:
-    tests = list(entry.capture_tests)
-    for task in entry.tasks:
-        tests += task.nodeids
-    rest: set[str] = set()
-    for it in entry.iterations:
-        rest.update(it.outcomes)
-    ordered = unique(tests)
+    ordered = unique([*entry.capture_tests, *(n for task in entry.tasks for n in task.nodeids)])
+    rest = {n for it in entry.iterations for n in it.outcomes}
     return ordered + sorted(rest - set(ordered))
 
 
@@ -436,13 +422,10 @@ def _decision(entry: ReportIncident) -> list[str]:
 
 
 def _section_next(report: Report) -> list[str]:
-    lines = ["### Recommended Next Action", ""]
-    incidents = report.incidents
-    if len(incidents) <= 1:
-        return lines + [text(report.recommended_next_action, 500)]
-    for entry in incidents:
-        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action or DASH, 500)}")
-    return lines
+    if len(report.incidents) <= 1:
+        return ["### Recommended Next Action", "", text(report.recommended_next_action, 500)]
+    return ["### Recommended Next Action", ""] + [f"- {code(e.incident_id)}: {text(e.next_action or DASH, 500)}"
+                                                   for e in report.incidents]
 
 
 def _section_shards(report: Report) -> list[str]:
@@ -452,15 +435,10 @@ def _section_shards(report: Report) -> list[str]:
     notes = any(shard.duplicates for shard in shards)
     rows = []
     for shard in shards:
-        ids = shard.incidents
-        dup = shard.duplicates
-        row = [
-            text(shard.name), _codes(ids, sep="<br>") if ids else "none",
-            _reason(shard.stop_reason), text(shard.final_status or DASH),
-        ]
-        if notes:
-            row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
-        rows.append(row)
+        ids, dup = shard.incidents, shard.duplicates
+        rows.append([text(shard.name), _codes(ids, sep="<br>") if ids else "none", _reason(shard.stop_reason),
+                     text(shard.final_status or DASH)] + ([f"{plural(len(dup), 'incident')} already in an earlier "
+                                                          f"shard: {_codes(dup)}" if dup else ""] if notes else []))
     header = ["Shard", "Incidents", "Stop Reason", "Final Status"] + (["Note"] if notes else [])
     return ["### Shards", ""] + _table(header, rows)
 
