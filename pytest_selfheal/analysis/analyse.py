@@ -53,10 +53,7 @@ def failures_from_cases(
     extra_rules: Sequence[Rule] = (),
     warnings: Optional[list[str]] = None,
 ) -> list[models.Failure]:
-    """The failing testcases as Failures, reruns de-duplicated (the last record wins), in
-    order of first appearance but failing doctests last: the first failure is the one an
-    incident leads with, and a doctest showing the same bug as a code failure must not be it.
-    ``nodeid`` is left None: only the plugin knows it."""
+    """The failing testcases as Failures, reruns de-duplicated, failing doctests last (never the lead)."""
     failures = [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
     return sorted(failures, key=lambda f: is_doctest_line(f.message))  # stable
 

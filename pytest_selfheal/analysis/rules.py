@@ -107,8 +107,7 @@ MAX_PATTERN_REPEATS = 20
 
 
 def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
-    """``(its length, whether it is variable)`` of the quantifier at ``index`` that can match its
-    atom more than once (``{n}`` with n > 1 is not variable); ``(0, False)`` for none."""
+    """``(length, variable?)`` of the repeating quantifier at ``index``; ``(0, False)`` for none."""
     if index >= len(pattern):
         return 0, False
     if pattern[index] in "*+":
@@ -127,9 +126,7 @@ def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
 
 
 def backtracking_problem(pattern: str) -> Optional[str]:
-    """Why searching ``pattern`` may take exponential (or high polynomial) time, or None: a repeated
-    group holding a variable repeat or an alternation (``(a+)+``, ``(a|ab)*``), too many variable
-    repeats or characters. A static bound on the shape, not a proof."""
+    """Why searching ``pattern`` may take exponential time, or None (a static bound on its shape)."""
     if len(pattern) > MAX_PATTERN_CHARS:
         return f"longer than {MAX_PATTERN_CHARS} characters"
     groups: list[list[bool]] = [[False, False]]  # per open group: holds a variable repeat, holds an alternation

@@ -66,7 +66,7 @@ def is_recorded(data: bytes, recorded: str) -> bool:
 
 
 def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
-    """``{path: digest}`` of a test file's bytes or a code module's docstrings; ``missing`` if unreadable."""
+    """``{path: digest}`` of a file's bytes or a code module's docstrings; ``missing`` if unreadable."""
     return {path: _digest(rootdir, path, path.endswith(".py") and not is_test_file(path)) for path in paths}
 
 

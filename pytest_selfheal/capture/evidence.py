@@ -58,8 +58,7 @@ def _code_names(code: types.CodeType) -> list[str]:
 
 
 def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> str:
-    """The qualified name of ``code``'s function (``frame``: one of its frames); a lambda or a
-    comprehension is named after the function it is written in, the one a reader fixes."""
+    """The qualified name of ``code``'s function; a lambda or comprehension is named after its function."""
     name = getattr(code, "co_qualname", None)  # Python 3.11+
     if not isinstance(name, str):
         name = _method_name(code, frame) if frame is not None else code.co_name
@@ -116,8 +115,7 @@ class Resolver:
         return rel
 
     def frames(self, traceback: Iterable[Any]) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
-        """The innermost project frame outside the tests, the project frames the traceback passed
-        on its way there (outermost first, at most :data:`MAX_STACK`), and its last test-file line."""
+        """The innermost project frame outside the tests, the project frames on the way, the last test line."""
         found: list[CodeRef] = []
         in_test: Optional[CodeRef] = None
         for entry in traceback:
@@ -167,8 +165,7 @@ class Resolver:
         return rel, name
 
     def calls(self, function: Any, owner: Any = None) -> list[Definition]:
-        """The project definitions (not in test files) that ``function``'s code names; a name the
-        test's class ``owner`` binds (``Cache = LRUCache``, used as ``self.Cache()``) counts too."""
+        """The project definitions ``function``'s code names (and names the test class ``owner`` binds)."""
         func, code = _code_of(function)
         if code is None:
             return []
@@ -224,8 +221,7 @@ class Resolver:
         return found
 
     def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
-        """The project methods of ``cls`` that ``code`` names as attributes or reaches through an
-        operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a class named is built)."""
+        """The project methods of ``cls`` that ``code`` names or reaches through an operator, and its __init__."""
         found: list[Definition] = []
         for name in [*_code_names(code), *_implied_dunders(code), "__init__"]:  # a class named is built
             attr = inspect.getattr_static(cls, name, None)
@@ -266,8 +262,7 @@ class Resolver:
         return _evidence(frame, calls)
 
     def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
-        """The project definitions the test reaches through its fixture values: a project function
-        or class; for an instance of a project class, the methods the test names, else the class."""
+        """The project definitions the test reaches through its fixture values."""
         _, code = _code_of(function)
         if code is None or not funcargs:
             return []
@@ -310,8 +305,7 @@ class Resolver:
         self, function: Any, traceback: Sequence[Any], funcargs: Optional[Mapping[str, object]] = None,
         owner: Any = None, error: Optional[BaseException] = None,
     ) -> Optional[RootCause]:
-        """The ``root_cause`` evidence of one failing test, or None when nothing points into the
-        project; ``error``: the exception, whose type (unless an assertion's) is recorded."""
+        """The ``root_cause`` evidence of one failing test, or None when nothing points into the project."""
         try:
             frame, stack, in_test = self.frames(traceback)
             called = self.calls(function, owner) if function is not None else []

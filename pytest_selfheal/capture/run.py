@@ -79,9 +79,7 @@ def invocation_dir(config: pytest.Config) -> str:
 def with_target_paths(
     failures: Sequence[Failure], reports: Reports, evidence: Mapping[str, RootCause], rootdir: Path, base: str = ""
 ) -> list[Failure]:
-    """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports (none that git ignores), and its root-cause evidence (by node id as written).
-    ``base``: the invocation directory relative to ``rootdir``, where the traceback's paths start."""
+    """Attach the repo files each failure's traceback, test file and imports name, and its evidence."""
     text_by_nodeid: dict[str, str] = {}
     for nodeid, report in reports:
         text_by_nodeid[nodeid] = text_by_nodeid.get(nodeid, "") + failure_text(report) + "\n"
@@ -238,8 +236,7 @@ def record_passed_on_rerun(
     *, config: pytest.Config, effective: EffectiveConfig, passed_on_rerun: Sequence[Failure],
     counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None, run_id: Optional[str] = None,
 ) -> list[str]:
-    """Record a run that captured nothing but had tests pass on a re-run as one history run of
-    its own (``capture:<run_id>``); the terminal lines that say so."""
+    """Record tests that passed on a re-run as a history run of their own; the lines that say so."""
     history = _record_history(effective, reports_root, Path(config.rootpath), run_id or new_run_id(), counts, (),
                               passed_on_rerun, warnings)
     recorded = effective.settings.history.enabled and history.unavailable is None
@@ -264,8 +261,7 @@ def _record_history(
 
 
 def _triaged_entries(entries: Sequence[Failure], triage: Mapping[str, Triage]) -> tuple[Failure, ...]:
-    """The entries with their triage; one the history calls flaky is classed transient, so its
-    class, its triage and `selfheal flaky` say the same."""
+    """The entries with their triage; one the history calls flaky is classed transient."""
     out = []
     for entry in entries:
         found = triage.get(str(entry.nodeid or entry.test))

@@ -219,8 +219,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
 
 
 def _raised(failure: Failure) -> Optional[tuple[str, str]]:
-    """The title's verb and place for a failure that raised an exception (not an assertion's):
-    ``Fix the TypeError``, ``raised in json/decoder.py:355 (JSONDecoder.raw_decode) from …``."""
+    """The title's verb and place for a failure that raised an exception (not an assertion's)."""
     evidence = failure.root_cause
     if evidence is None or not evidence.exception:
         return None
@@ -259,8 +258,7 @@ def _hypotheses(actions: Sequence[PlanAction], groups: Sequence[Group]) -> tuple
 
 
 def build_plan(incident: Incident, *, generated_at: str, python: str = "python", source: Optional[Source] = None) -> Plan:
-    """The plan (``plan.json``) for ``incident``, revision 1; ``source`` reads a project file's
-    lines for the code excerpt around each action's top suspect (without it, no excerpts)."""
+    """The plan for ``incident``, revision 1; ``source`` reads project files for the code excerpts."""
     incident_id = incident.incident_id
     if not incident_id:
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
@@ -293,8 +291,7 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
 
 
 def readable_command(command: str) -> str:
-    """``command`` as people read it: past :data:`_SHOWN_NODEIDS` node ids, the first few, then
-    ``… N more node ids`` (the plan holds, and runs, every one)."""
+    """``command`` as people read it: the first few node ids of many, then ``… N more node ids``."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -315,8 +312,7 @@ def readable_command(command: str) -> str:
 
 
 def verification_argv(plan: Plan) -> list[list[str]]:
-    """The plan's ``verification_commands`` as argv lists (``shlex.split``, never a shell);
-    InputError for a hand-edited command that is empty or unbalanced in its quoting."""
+    """The verification commands as argv lists; InputError for an empty or unbalanced one."""
     argvs: list[list[str]] = []
     for i, command in enumerate(plan.verification_commands):
         try:

@@ -100,9 +100,7 @@ def evidence_paths(group: Group) -> list[str]:
 
 
 def selected_by(nodeid: str, words: Collection[str]) -> bool:
-    """True when a command's ``words`` select ``nodeid``: the node id itself, its runnable
-    parent when it was redacted (records/redacted.py), or its test file (a command written
-    by hand, or by a version of selfheal that shortened long selections to their files)."""
+    """True when ``words`` select ``nodeid``: itself, its runnable parent, or its test file."""
     if nodeid in words or runnable_nodeid(nodeid) in words:
         return True
     path = selection_file(nodeid)

@@ -84,8 +84,7 @@ def flag_or_ini(config: pytest.Config, name: str) -> bool:
 
 
 def has_config(config: pytest.Config) -> bool:
-    """Whether this run has a config to read (a flag, an ini option or a config file); without
-    one the effective config is the defaults, and the run reads no file to know it."""
+    """Whether this run has a config to read (a flag, an ini option or a config file)."""
     if any(config.getoption(dest) is not None for dest in FLAG_KEYS) or config.getoption("selfheal_set"):
         return True
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
@@ -139,8 +138,7 @@ class RootCauseHook:
 
 
 class WorkerRootCauseHook(RootCauseHook):
-    """The same in an xdist worker: the evidence rides on the report (its JSON, serialised to
-    the controller), so it is resolved when the report is made."""
+    """The same in an xdist worker: the evidence rides on the report, resolved when it is made."""
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:

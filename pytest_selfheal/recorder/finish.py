@@ -28,6 +28,7 @@ from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import DETAIL, ESSENTIAL, SUMMARY, Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
+from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
@@ -76,9 +77,7 @@ def _carried(payload: object) -> Optional[RootCause]:
 
 
 def finish_session(recorder: Recorder, exitstatus: int) -> None:
-    """Record what the run found (agent attempts, a stopped incident's next iteration or a new
-    incident, the loop when asked), then the report, in ``recorder.lines``: an error is one
-    line there, never a change to pytest's outcome."""
+    """Record what the run found, then the report, in ``recorder.lines``; an error is one line there."""
     try:
         _finish(recorder, exitstatus)
     except SelfhealError as exc:
@@ -220,7 +219,8 @@ def _write_report(recorder: Recorder) -> None:
         return
     captured = recorder.captured
     report = build_report(
-        incidents=[captured if captured is not None and i == recorder.incident_id else recorder.loop_side().incident_run(i)
+        incidents=[captured if captured is not None and i == recorder.incident_id
+                   else load_incident_run(recorder.loop_side().store(), i)
                    for i in dict.fromkeys(ids)],
         effective_config=recorder.effective.values,
         origins=recorder.effective.origins,

@@ -19,7 +19,7 @@ from pytest_selfheal.process import fresh_pycache
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
-from pytest_selfheal.report.load import incident_run_of, load_incident_run
+from pytest_selfheal.report.load import incident_run_of
 from pytest_selfheal.run import run_incident_loop
 from pytest_selfheal.store.root import Store, project_store
 
@@ -43,10 +43,6 @@ class LoopSide:
         return project_store(self.recorder.config.rootpath, self.recorder.effective.settings.reports_dir,
                              self.recorder.redactor)
 
-    def incident_run(self, incident_id: str) -> IncidentRun:
-        """An open incident's records as on disk: the report's input for one this run iterated."""
-        return load_incident_run(self.store(), incident_id)
-
     def open_incidents(self) -> list[agent_mode.OpenIncident]:
         """The open incidents whose tests this run may verify (none readable: a line says why)."""
         try:
@@ -62,18 +58,16 @@ class LoopSide:
         return cache
 
     def known_id(self, nodeid: str) -> str:
-        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
+        """``nodeid`` as the incidents keep it: cut and redacted."""
         return self.recorder.redactor.redact(bounded_nodeid(nodeid))
 
     @staticmethod
     def any_redacted(nodeids: set[str]) -> bool:
-        """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
+        """Whether any of ``nodeids`` (as stored) was redacted or truncated."""
         return any(map(_unplaceable, nodeids))
 
     def gone(self) -> set[str]:
-        """Open incidents' selected tests this run should have run and has no outcome for
-        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
-        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected."""
+        """Open incidents' tests this run should have run and did not (deleted, renamed, ``-k``-ed away)."""
         recorder = self.recorder
         config = recorder.config
         if recorder.cut_short:

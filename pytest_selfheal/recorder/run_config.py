@@ -54,8 +54,7 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
 
 
 def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
-    """The values the invoker gave ``flag``, on its command line or in ``PYTEST_ADDOPTS``; one
-    the pytest ini's ``addopts`` alone gives is the project's (its paths stay inside it)."""
+    """The values the invoker gave ``flag`` (command line, ``PYTEST_ADDOPTS``); the rest are the project's."""
     try:
         words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
     except ValueError:  # pytest read it already; a quote it could not read is no value here

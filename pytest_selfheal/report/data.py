@@ -340,8 +340,7 @@ def build_report(
 
 
 def report_triage(failures: Sequence[Failure], flaky: Collection[str]) -> list[TriageEntry]:
-    """Each captured failure's recorded triage, turned ``flaky`` when the loop saw it pass on a
-    re-run with no code change (``flaky``: node ids); a quarantine still wins."""
+    """Each failure's recorded triage, ``flaky`` when the loop saw it pass on a re-run (a quarantine wins)."""
     entries: list[TriageEntry] = []
     for failure in failures:
         recorded = failure.triage

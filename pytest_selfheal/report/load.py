@@ -59,8 +59,7 @@ def _id_order(incident_id: str) -> tuple[str, str]:
 
 
 def latest_incident(store: Store) -> tuple[Optional[str], str]:
-    """The incident a person means by "the latest", and a line saying which it is: the newest
-    readable one by the time in its id (which, unlike ``created_at``, no copy or edit changes)."""
+    """The newest readable incident by the time in its id (no copy changes it), and a line saying so."""
     rows = store.list_incidents()
     valid = [row for row in rows if row.status != CORRUPTED] or rows
     if not valid:
