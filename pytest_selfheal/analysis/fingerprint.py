@@ -57,15 +57,10 @@ _RUNNER_NOISE = ("=== RUN", "=== PAUSE", "=== CONT", "--- FAIL:", "Traceback (mo
 
 
 def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            return line
-    return ""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def _text_line(text: str, exc_type: str) -> str:
-    """The line of free failure text that names the failure (see first_stable_line)."""
     head = text[:TEXT_SCAN]
     # pytest longrepr: the last "E   SomeError: …" line is the exception raised.
     found = _PYTEST_E_LINE.findall(head)
@@ -75,12 +70,8 @@ def _text_line(text: str, exc_type: str) -> str:
     if exc_type:
         # The line that starts with the declared exception type: Java prints it first,
         # a Python traceback last.
-        short_type = exc_type.rsplit(".", 1)[-1]
-        typed = [
-            stripped
-            for stripped in (line.strip() for line in head.splitlines())
-            if stripped.startswith(exc_type) or stripped.startswith(short_type)
-        ]
+        starts = (exc_type, exc_type.rsplit(".", 1)[-1])
+        typed = [stripped for stripped in (line.strip() for line in head.splitlines()) if stripped.startswith(starts)]
         if typed:
             return typed[-1] if python_traceback else typed[0]
     if python_traceback:
@@ -101,10 +92,7 @@ def _text_line(text: str, exc_type: str) -> str:
 
 
 def first_stable_line(case: models.TestCaseResult) -> str:
-    """The one line that identifies a failure, before normalisation (docs/fingerprints.md):
-    the message's first line with its exception type; for a generic message, the line of the
-    failure text that names the failure; else the bare exception type. A doctest report gives
-    its failing example (:mod:`.doctests`)."""
+    """The one line that identifies a failure, before normalisation (docs/fingerprints.md)."""
     doctest = doctest_line(case.message) or doctest_line(case.text[:TEXT_SCAN])
     if doctest is not None:
         return doctest
@@ -115,8 +103,7 @@ def first_stable_line(case: models.TestCaseResult) -> str:
     line = _first_line(message)
     exc_type = case.exc_type.strip()
     if line.lower() not in _GENERIC_MESSAGES:
-        short_type = exc_type.rsplit(".", 1)[-1]
-        if exc_type and not (line.startswith(exc_type) or line.startswith(short_type)):
+        if exc_type and not line.startswith((exc_type, exc_type.rsplit(".", 1)[-1])):
             return f"{exc_type}: {line}"
         return line
     if case.text.strip():
@@ -141,10 +128,7 @@ _SEG = r"[\w.@%+~=-]+"
 def _ip(match: Match[str]) -> str:
     # A port follows the address: "1.2.3.4:80" or "[::1]:80" (IPv6 colons are inside []).
     found = match.group(0)
-    host_end = found.rfind("]") + 1
-    if host_end:
-        return "<IP>:<PORT>" if ":" in found[host_end:] else "<IP>"
-    return "<IP>:<PORT>" if ":" in found else "<IP>"
+    return "<IP>:<PORT>" if ":" in found[found.rfind("]") + 1:] else "<IP>"
 
 
 # What may stand before ":<line>" in a file reference: "x.py", "Foo.java", "<frozen x>".
@@ -315,8 +299,7 @@ _MAX_ITEMS = 200  # a longer literal is left as it is: bounded work per line
 
 
 def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
-    """Top-level bracketed literals of ``text``: ``(start, end, opener, items)``, items split
-    at the literal's own commas (quotes and nested brackets respected). One linear scan."""
+    """Top-level bracketed literals of ``text``: ``(start, end, opener, items split at its commas)``."""
     found: list[tuple[int, int, str, list[str]]] = []
     stack: list[tuple[int, str, list[int]]] = []  # (start, opener, comma positions at depth 1)
     quote = ""
@@ -365,16 +348,8 @@ def _is_dict(items: Sequence[str]) -> bool:
 
 
 def unordered(text: str, depth: int = 0) -> str:
-    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs").
-
-    - the items of a set literal ``{'b', 'a'}``, at any depth (``frozenset({...})``,
-      a set inside a list); a dict literal (``{k: v}``) keeps its order, insertion order;
-    - two list or tuple literals of one line (not calls or subscripts) that hold the same
-      items in another order (``assert ['c', 'a'] == ['a', 'c']``): the order is the whole
-      difference, and with a set behind it, it changes every run — both are written sorted;
-    - a list, tuple or set whose repr pytest elided (``['charlie', '...lta', 'alpha']``):
-      written ``[...]``, since which items show depends on the order.
-    """
+    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs"): set items, two
+    literals of one line holding the same items in another order; an elided repr is ``[...]``."""
     if depth > 8 or not any(opener in text for opener in "[{("):
         return text
     literals = _literals(text)
