@@ -31,10 +31,8 @@ def rerun_cases(
     flaky = set(policy.flaky_tests(observations))
     runs: dict[str, list[FailedRun]] = {}
     fingerprints: dict[str, str] = {}
-    order: list[str] = []
     for failure in incident.failures:
         nodeid = failure.nodeid or failure.test
-        order.append(nodeid)
         fingerprints[nodeid] = failure.fingerprint
         runs.setdefault(nodeid, []).append(_failed_run(failure))
     for attempt in attempts:
@@ -42,13 +40,9 @@ def rerun_cases(
             nodeid = recorded.nodeid or recorded.test
             if nodeid in runs:
                 runs[nodeid].append(_failed_run(recorded))
-    latest: dict[str, str] = {}
-    for observation in observations:
-        for nodeid, outcome in observation.outcomes.items():
-            if outcome != OUTCOME_MISSING:
-                latest[nodeid] = outcome
+    latest = {n: outcome for o in observations for n, outcome in o.outcomes.items() if outcome != OUTCOME_MISSING}
     cases = []
-    for nodeid in dict.fromkeys(order):
+    for nodeid in list(runs):
         outcome = latest.get(nodeid, "failed")
         final = FAILED if outcome in FAILING_OUTCOMES else SKIPPED if outcome == OUTCOME_SKIPPED else PASSED
         entry: Optional[QuarantineEntry] = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprints[nodeid])

@@ -51,9 +51,8 @@ def _task_labels(incidents: Sequence[ReportIncident]) -> tuple[tuple[str, ...], 
 
 
 def _severity(entry: ReportIncident) -> tuple[int, int]:
-    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK)
-    if outcome != _UNFINISHED_RANK and not entry.finished:
-        outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
+    # A status that looks final with no run recorded is unfinished.
+    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK) if entry.finished else _UNFINISHED_RANK
     reason = entry.stop_reason
     # Even ranks for known reasons; an unknown one sits after the known failures and
     # before "no stop reason yet".
