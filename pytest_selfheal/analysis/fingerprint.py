@@ -68,8 +68,7 @@ def _text_line(text: str, exc_type: str) -> str:
         return str(found[-1]).strip()
     python_traceback = "Traceback (most recent call last)" in head
     if exc_type:
-        # The line that starts with the declared exception type: Java prints it first,
-        # a Python traceback last.
+        # The line starting with the exception type: Java prints it first, Python last.
         starts = (exc_type, exc_type.rsplit(".", 1)[-1])
         typed = [stripped for stripped in (line.strip() for line in head.splitlines()) if stripped.startswith(starts)]
         if typed:
@@ -148,8 +147,7 @@ def _duration_or_number(match: Match[str]) -> str:
 
 def _hash(match: Match[str]) -> str:
     found = match.group(0)
-    # Only a mix of digits and letters is an id; "deadbeefcafe" or "12345678" are not
-    # (long plain numbers are handled by the number rule).
+    # Only a mix of digits and letters is an id ("deadbeefcafe" is not; numbers: their own rule).
     if found.isdigit() or not any(c.isdigit() for c in found):
         return found
     return "<HASH>"
@@ -183,19 +181,15 @@ _DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
 def _rule(
     chars: str, needles: tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
 ) -> _Rule:
-    # Compiled when first needed: most lines meet the conditions of a few rules only, and
-    # compiling all of them cost every failing `pytest --selfheal` run at import.
+    # Compiled when first needed: most lines meet the conditions of a few rules only.
     return _Rule(frozenset(chars), needles, digits, functools.lru_cache(maxsize=None)(lambda: re.compile(pattern)), replacement)
 
 
 # Conventions of the patterns below:
-# * Each starts with a literal or a character class, and word-boundary checks come as
-#   look-behinds after that first character (_start): the regex engine then skips ahead
-#   in C to the few positions that can start a match, several times faster than \b.
-# * A placeholder counts as a word for boundaries: "not after a word" also means "not
-#   after <…X>" and "not before a word" also "not before <X…>" (_END). Replacing a token
-#   then never turns its neighbours into new matches, so one pass is enough: normalise
-#   is idempotent (property-tested).
+# * Each starts with a literal or a class, word-boundary checks as look-behinds after it
+#   (_start): the engine skips ahead in C to the positions that can start a match.
+# * A placeholder counts as a word for boundaries (_END): a replacement never turns its
+#   neighbours into new matches, so one pass is enough and normalise is idempotent.
 _END = r"(?!\w)(?!<[A-Z])"
 
 
@@ -221,9 +215,8 @@ _RULES: tuple[_Rule, ...] = (
           r"|/(?<![\w.:/\\~-]/)(?<![A-Z]>/)root(?![\w/\\])(?!<[A-Z])", "<HOME>"),
     _rule("\\", ("\\Users\\",), False,
           r"[A-Za-z](?<![\w.:/\\~-][A-Za-z])(?<![A-Z]>[A-Za-z]):\\Users\\[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])", "<HOME>"),
-    # 2. file:// URIs and absolute paths (POSIX, ~/ and $HOME/, Windows drive, UNC): the
+    # 2. file:// URIs and absolute paths (POSIX, ~/, $HOME/, Windows, UNC; tmp dirs too): the
     #    directory part becomes <PATH>/, the file name stays so different files differ.
-    #    Covers tmp dirs (/tmp/pytest-of-u/pytest-3/test_x0/, /var/folders/…/T/, %TEMP%).
     _rule(":/", ("file:",), False, rf"{_start('f')}ile:/+(?:{_SEG}/)*", "<PATH>/"),
     _rule("/", ("~/", "$HOME/"), False, rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*", "<PATH>/"),
     _rule("/", (), False, rf"/{_PB_SLASH}(?:{_SEG}/)+", "<PATH>/"),
@@ -236,8 +229,7 @@ _RULES: tuple[_Rule, ...] = (
     # 4. Timestamps and dates: ISO 8601 (and bare dates), RFC 2822 / syslog, bare times.
     _rule("-", ("-0", "-1"), True,  # the month
           rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}", "<TS>"),
-    # Weekday first, day first, month first; each alternative starts with a literal or a
-    # class so that the engine skips cheaply over the rest of the line.
+    # Weekday first, day first, month first.
     _rule(": ", _MONTHS, True,
           rf"{_start(_WEEKDAY)},?\s(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})(?:\s\d{{4}})?{_TS_TAIL}"
           rf"|{_S_DIGIT}\d?\s{_MONTH}(?:\s\d{{4}})?{_TS_TAIL}"
@@ -260,15 +252,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule("rocess", ("rocess",), True, rf"({_start('[Pp]')}rocess\s+)\d+{_END}", _keep_group_then("<PID>")),
     # 10. Line numbers in words: "line 42", "lines 3-5".
     _rule("ine", ("ine",), True, rf"({_start('[Ll]')}ines?\s+)\d+(?:\s*-\s*\d+)?", _keep_group_then("<N>")),
-    # 11. Durations: 1.23s, 150ms, 0.5 seconds, 2m30s, 1h2m; and
-    # 12. any remaining long number (ids, epochs, counters, big values): 5+ digits.
-    #     One regex for both (one scan): a unit makes a duration, else 5+ digits a number.
+    # 11. Durations (1.23s, 2m30s) and 12. any remaining number of 5+ digits: one regex,
+    #     one scan (a unit makes a duration).
     _rule("", (), True,
           rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
           rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)|(?<=\d{{5}})){_END}",
           _duration_or_number),
-    # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17",
-    #     "(Foo.java:42)", "<frozen importlib._bootstrap>:1204" (last: after placeholders).
+    # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17" (last).
     _rule(":", (), True, rf":\d+(?::\d+)*{_END}", _file_line),
 )
 
@@ -276,9 +266,8 @@ _DIGIT = re.compile(r"\d")
 
 
 def _apply_rules(text: str) -> str:
-    # The conditions are decided once, on the input: a rule whose condition was true but
-    # whose text an earlier rule replaced simply finds nothing, and replacements add no
-    # character or substring that the input lacked where a later rule could use it.
+    # The conditions are decided once, on the input: replacements add no character or
+    # substring a later rule could use.
     chars = frozenset(text)
     has_digit = _DIGIT.search(text) is not None
     for needs, needles, digits, pattern, replacement in _RULES:
@@ -362,8 +351,7 @@ def unordered(text: str, depth: int = 0) -> str:
         literals[number] = (start, end, opener, items)
         is_set = opener == "{" and not _is_dict(items)
         if (opener in "[(" or is_set) and any("..." in item for item in items):
-            # pytest elided the middle of a long repr: which items show depends on the
-            # order, so the visible part is noise. Same test, same shape: same failure.
+            # pytest elided the middle of a long repr: which items show depends on the order.
             replaced[number] = opener + "..." + _OPENERS[opener]
             continue
         if is_set and items:
@@ -392,8 +380,7 @@ def unordered(text: str, depth: int = 0) -> str:
     return "".join(parts)
 
 
-# Pure, and failures repeat (one broken fixture fails a hundred tests the same way):
-# a bounded memo saves the regex work for every repeat.
+# Failures repeat (one broken fixture fails a hundred tests alike): a bounded memo.
 @functools.lru_cache(maxsize=4096)
 def normalise(text: str) -> str:
     """``text`` with what varies between runs and machines replaced by placeholders; idempotent."""

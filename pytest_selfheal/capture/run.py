@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     import pytest
 
 
-
 @dataclass
 class CaptureResult:
     """The incident id, the incident and plan as written (the report's input), the summary lines."""
@@ -142,8 +141,6 @@ def analyse_run(
     # A user's --junitxml holds the whole run; keep what this run's reports say failed.
     failures = [f for f in failures if f.nodeid in known] or failures
     return with_target_paths(failures, reports, evidence, Path(config.rootpath), invocation_dir(config))
-
-
 
 
 def capture_incident(

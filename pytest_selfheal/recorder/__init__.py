@@ -165,12 +165,11 @@ _WRITES = frozenset("wax+")
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open":
-        if _OPENING:
-            try:
-                _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
-            except Exception:  # a file descriptor, or a path object that cannot be hashed
-                pass
+    if event == "open" and _OPENING:
+        try:
+            _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
+        except Exception:  # a file descriptor, or a path object that cannot be hashed
+            pass
     elif event == _PROBE:
         args[0].append(_OPENING)
 

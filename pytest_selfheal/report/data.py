@@ -63,7 +63,6 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
     return flat
 
 
-
 def _resolve_config(
     effective_config: Optional[Mapping[str, object]],
     origins: Optional[Mapping[str, str]],

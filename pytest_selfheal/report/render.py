@@ -58,7 +58,6 @@ def _scalar(value: object) -> str:
     return json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
 
 
-
 def text(value: object, limit: int = CELL_LIMIT) -> str:
     """Data as inert inline markdown (docs/report.md "Escaping"): one line,
     bounded; no HTML or entity (which could forge the comment's marker), no link, image,
@@ -130,7 +129,6 @@ def _per_incident(report: Report, heading: str, block: Callable[[ReportIncident]
     for entry in report.incidents:
         lines += ([f"#### {code(entry.incident_id)}", ""] if _multi(report) else []) + block(entry) + [""]
     return lines[:-1]
-
 
 
 def render_headline(report: ReportInput) -> str:
@@ -478,7 +476,6 @@ def render_markdown(
         if section:
             lines += [""] + section
     return "\n".join(line.rstrip() if line.strip() else "" for line in lines) + "\n"
-
 
 
 def render_terminal(report: ReportInput) -> list[str]:
