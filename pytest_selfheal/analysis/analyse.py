@@ -19,7 +19,6 @@ Analysed = tuple[models.Failure, models.Classification]
 
 
 def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) -> Analysed:
-    """Classify and fingerprint one failing testcase; also return the classification."""
     line = first_stable_line(case)
     classification = classify(case, extra_rules, headline=line)
     test = case.test

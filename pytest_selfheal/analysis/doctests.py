@@ -22,12 +22,10 @@ _MAX_BLOCK = 200  # characters of an expected / got block kept in the line
 
 
 def is_doctest_line(line: str) -> bool:
-    """Is ``line`` (a failure's message) one that :func:`doctest_line` made?"""
     return line.startswith(DOCTEST_MARK + ": >>>") or (line.endswith(")") and " (doctest >>>" in line)
 
 
 def strip_worker_header(text: str) -> str:
-    """``text`` without pytest-xdist's leading ``[gwN] <platform> -- Python …`` line(s)."""
     while True:
         match = _WORKER.match(text)
         if match is None:

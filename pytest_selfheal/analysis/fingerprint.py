@@ -319,7 +319,6 @@ def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
 
 
 def _is_dict(items: Sequence[str]) -> bool:
-    """Whether an item holds a colon outside quotes and brackets (``k: v``)."""
     for item in items:
         depth, quote = 0, ""
         for char in item:
@@ -389,7 +388,6 @@ def normalise(text: str) -> str:
 
 
 def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:
-    """The signature and fingerprint (scheme :data:`SCHEME`) of a first stable line."""
     signature = f"{failure_type} | {test} | {normalise(line[:MAX_LINE])[:MAX_NORMALISED]}"
     digest = hashlib.sha256(f"{SCHEME}:{signature}".encode("utf-8", "surrogatepass"))
     return signature, digest.hexdigest()[:HASH_LENGTH]

@@ -69,7 +69,6 @@ def repo_relative(path: str, repo_root: str) -> Optional[str]:
 
 
 def frame_paths(text: str) -> Iterator[str]:
-    """Every file reference in ``text`` as written, in order of appearance (with repeats)."""
     for match in _FRAME_RE.finditer(text):
         yield match.group("py") or match.group("loc")
 

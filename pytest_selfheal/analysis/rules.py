@@ -209,7 +209,6 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
 
 
 def rules_from_config(rules: Any, where: str = "classification.rules") -> list[Rule]:
-    """Validate a list of rules (the config key ``classification.rules``, or hook rules)."""
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: expected a list of rules, got {type(rules).__name__}")
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]

@@ -61,7 +61,6 @@ def _of(data: bytes, doctests: bool) -> str:
 
 
 def is_recorded(data: bytes, recorded: str) -> bool:
-    """Whether ``data`` is the content a recorded digest was taken of."""
     return _of(data, recorded.startswith(DOCTESTS)) == recorded
 
 

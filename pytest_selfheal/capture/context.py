@@ -35,7 +35,6 @@ def probe_platform() -> None:
 
 
 def ci_context(env: Mapping[str, str]) -> dict[str, str]:
-    """The CI variables present in ``env`` (a fixed list, no secrets)."""
     return {key: env[key] for key in _CI_KEYS if key in env}
 
 

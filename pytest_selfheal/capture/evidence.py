@@ -49,7 +49,6 @@ def _code_of(obj: Any) -> tuple[Any, Optional[types.CodeType]]:
 
 
 def _code_names(code: types.CodeType) -> list[str]:
-    """Global and attribute names ``code`` uses, nested code (lambdas, comprehensions) included."""
     names: list[str] = list(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -68,7 +67,6 @@ def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> s
 
 
 def def_line(code: types.CodeType) -> int:
-    """The line of ``code``'s ``def`` (or ``class``): its first line, after any decorators."""
     first = code.co_firstlineno
     for line in range(first, first + _MAX_DECORATOR_LINES):
         text = linecache.getline(code.co_filename, line).lstrip()
@@ -96,8 +94,6 @@ def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
 
 
 class Resolver:
-    """Resolves the evidence of failing tests of one session below ``rootdir``."""
-
     def __init__(self, rootdir: str) -> None:
         self.root = os.path.realpath(rootdir)
         self._paths: dict[str, Optional[str]] = {}
@@ -262,7 +258,6 @@ class Resolver:
         return _evidence(frame, calls)
 
     def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
-        """The project definitions the test reaches through its fixture values."""
         _, code = _code_of(function)
         if code is None or not funcargs:
             return []
@@ -377,7 +372,6 @@ def _links(tb: Any) -> list[Any]:
 
 
 def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
-    """The imported module of a doctest named ``name`` and the object whose docstring holds it."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))

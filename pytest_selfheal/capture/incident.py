@@ -19,7 +19,6 @@ Reports = Sequence[tuple[str, Any]]
 def attach_nodeids(
     failures: Sequence[Failure], reports: Reports, prefix: str = ""
 ) -> list[Failure]:
-    """Give each failure the node id of the pytest report it came from (matched by junit identity)."""
     by_identity = nodeid_by_identity([nodeid for nodeid, _ in reports], prefix)
     when = {nodeid: report.when for nodeid, report in reports}
     out = []

@@ -15,8 +15,6 @@ _NAME = "selfheal-localise"
 
 
 class LocaliseHook:
-    """Writes the run's spectrum evidence to ``path`` when the session ends."""
-
     def __init__(self, spectrum: SpectrumHook, path: str) -> None:
         self.spectrum = spectrum
         self.path = path

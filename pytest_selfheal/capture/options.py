@@ -90,7 +90,6 @@ def option_lookup(config: Any) -> Optional[OptionLookup]:
 
 
 def capture_options(config: Any) -> tuple[list[str], Optional[str]]:
-    """``(options to replay, warning)`` of this pytest run."""
     lookup = option_lookup(config)
     if lookup is None:
         return [], "this pytest does not expose its option parser: the run's options are not replayed"

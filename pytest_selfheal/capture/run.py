@@ -55,7 +55,6 @@ class CaptureResult:
 
 
 def log_tail(reports: Reports, max_lines: int) -> str:
-    """The last ``max_lines`` lines of the failure output, one headed block per failure."""
     lines: list[str] = []
     for nodeid, report in reports:
         lines.append(f"{'_' * 20} {nodeid} ({report.when}) {'_' * 20}")
@@ -217,7 +216,6 @@ def capture_incident(
 
 def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
                   reruns: Mapping[str, int] = MappingProxyType({})) -> list[str]:
-    """A line per failure (the first ten): fingerprint, type, triage, node id, re-runs."""
     lines = []
     for failure in failures[:10]:
         nodeid = failure.nodeid or failure.test

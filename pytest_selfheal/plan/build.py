@@ -121,12 +121,10 @@ def _short_hash(text: str) -> str:
 
 
 def group_failures(failures: Sequence[Failure]) -> list[Group]:
-    """Root-cause groups, merged where their top suspect is one function, the largest first."""
     return [r.group for r in rank_failures(failures)]
 
 
 def rank_failures(failures: Sequence[Failure]) -> list[RankedGroup]:
-    """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
     return rank_groups(group_by_root_cause(failures, lambda f: (f.failure_type or UNKNOWN, normalised_message(f))))
 
 
@@ -154,7 +152,6 @@ def _priority(members: Sequence[Failure]) -> str:
 
 
 def shorten(text: str, limit: int = 80) -> str:
-    """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -19,8 +19,6 @@ Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 @dataclass(frozen=True)
 class Group:
-    """One root cause: how it was found, where it points, and the failures it explains."""
-
     evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
@@ -38,12 +36,10 @@ def _ref(ref: Optional[CodeRef]) -> Optional[Definition]:
 
 
 def frame_of(failure: Failure) -> Optional[Definition]:
-    """The failure's innermost project frame outside the tests, from its ``root_cause``."""
     return _ref(failure.root_cause.frame) if failure.root_cause is not None else None
 
 
 def calls_of(failure: Failure) -> list[Definition]:
-    """The project definitions the failing test calls, from its ``root_cause``."""
     out: list[Definition] = []
     for item in failure.root_cause.calls if failure.root_cause is not None else ():
         ref = _ref(item)

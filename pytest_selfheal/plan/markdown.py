@@ -40,7 +40,6 @@ def _where_md(action: PlanAction) -> list[str]:
 
 
 def _listed(items: Sequence[str], limit: int) -> list[str]:
-    """At most ``limit`` items of a list, then "… N more"."""
     return list(items[:limit]) + ([f"… {len(items) - limit} more"] if len(items) > limit else [])
 
 

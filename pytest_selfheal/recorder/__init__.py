@@ -78,7 +78,6 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
 
 
 def flag_or_ini(config: pytest.Config, name: str) -> bool:
-    """Whether the ``--selfheal-*`` flag ``name`` is on, else its ini option when the flag is not given."""
     flag = config.getoption(name)
     return bool(flag) if flag is not None else bool(config.getini(name))
 
@@ -233,8 +232,6 @@ _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
 class Recorder:
-    """Collects failing reports during the run; at session end records agent attempts and captures."""
-
     def __init__(self, config: pytest.Config, effective: Optional[EffectiveConfig], evidence: dict[str, RootCause],
                  spectrum: Optional[SpectrumHook], ci_run: Optional[str], read_files: ReadFiles) -> None:
         self.config = config
@@ -360,7 +357,6 @@ class Recorder:
         self.unlogged.clear()
 
     def passed_on_rerun(self) -> list[str]:
-        """The tests that failed, were re-run and passed in the end."""
         if not self.reruns:
             return []
         failing = {f.nodeid for f in self.failed}

@@ -33,8 +33,6 @@ def _unplaceable(nodeid: str) -> bool:
 
 
 class LoopSide:
-    """What a run does with the incidents on disk, for ``recorder``."""
-
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
 
@@ -58,12 +56,10 @@ class LoopSide:
         return cache
 
     def known_id(self, nodeid: str) -> str:
-        """``nodeid`` as the incidents keep it: cut and redacted."""
         return self.recorder.redactor.redact(bounded_nodeid(nodeid))
 
     @staticmethod
     def any_redacted(nodeids: set[str]) -> bool:
-        """Whether any of ``nodeids`` (as stored) was redacted or truncated."""
         return any(map(_unplaceable, nodeids))
 
     def gone(self) -> set[str]:

@@ -51,7 +51,6 @@ def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
 
 
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
     flat: dict[str, object] = {}
     for key in sorted(config, key=str):
         value = config[key]

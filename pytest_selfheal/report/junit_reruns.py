@@ -26,7 +26,6 @@ def rerun_cases(
     attempts: Sequence[Attempt],
     quarantine: Sequence[QuarantineEntry] = (),
 ) -> list[RerunCase]:
-    """The junit cases of one incident (order: the incident's failures)."""
     observations = [policy.capture_observation(incident)] + [policy.observation_from_attempt(a) for a in attempts]
     flaky = set(policy.flaky_tests(observations))
     runs: dict[str, list[FailedRun]] = {}

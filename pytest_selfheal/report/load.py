@@ -83,7 +83,6 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
 
 
 def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> Report:
-    """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]
     return build_report(incidents=runs, effective_config=config.values, origins=config.origins)

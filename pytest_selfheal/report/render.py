@@ -124,7 +124,6 @@ def _multi(report: Report) -> bool:
 
 
 def _per_incident(report: Report, heading: str, block: Callable[[ReportIncident], list[str]]) -> list[str]:
-    """A section of one block per incident, each under a sub-heading when there are several."""
     lines = [heading, ""]
     for entry in report.incidents:
         lines += ([f"#### {code(entry.incident_id)}", ""] if _multi(report) else []) + block(entry) + [""]
@@ -225,7 +224,6 @@ def _section_stop(report: Report) -> list[str]:
 
 
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
-    """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows: list[list[str]] = []
     hidden: dict[str, int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
     for entry in report.incidents:
