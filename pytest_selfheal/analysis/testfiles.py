@@ -25,13 +25,8 @@ def test_code_paths(nodeids: Iterable[str]) -> list[str]:
         test_file = posixpath.normpath(nodeid.split("::", 1)[0]) if nodeid else ""
         if not test_file.endswith(".py") or test_file.startswith(("../", "/")):
             continue
-        paths.add(test_file)
-        folder = posixpath.dirname(test_file)
-        while True:
-            paths.add(posixpath.join(folder, "conftest.py") if folder else "conftest.py")
-            if not folder:
-                break
-            folder = posixpath.dirname(folder)
+        folders = test_file.split("/")[:-1]
+        paths.update([test_file, *(posixpath.join(*folders[:i], "conftest.py") for i in range(len(folders) + 1))])
     return sorted(paths)
 
 

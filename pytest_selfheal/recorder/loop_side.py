@@ -69,10 +69,8 @@ class LoopSide:
         if recorder.cut_short:
             return set()
         rootdir = Path(config.rootpath)
-        scopes = []
-        for arg in config.args:
-            path, _, rest = str(arg).partition("::")
-            scopes.append((Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest))
+        scopes = [(Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest)
+                  for path, _, rest in (str(arg).partition("::") for arg in config.args)]
         gone = set()
         for nodeid in recorder.watched - recorder.outcomes.keys():
             if _unplaceable(nodeid):
@@ -115,10 +113,8 @@ class LoopSide:
         self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
         run_options: Optional[list[str]], iterated: list[str],
     ) -> tuple[list[Any], list[str]]:
-        """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-        incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
-        already_stopped; changed → that incident's next iteration. Returns the failures left to
-        capture and the incidents still open."""
+        """A stop sticks (loop/sticky.py): code unchanged → STOP already_stopped, changed → that
+        incident's next iteration. Returns the failures left to capture, the incidents still open."""
         recorder = self.recorder
         store = self.store()
         stopped = sticky.stopped_incidents(store)
@@ -129,11 +125,8 @@ class LoopSide:
         matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
         matches += sticky.match_green(
             stopped, sticky.as_known(stopped, recorder.passed, self.known_id), {f.nodeid for f in failures if f.nodeid},
-            diff,
-            sticky.tests_changed(store, root),
-            taken={m.incident.incident_id for m in matches} | set(iterated))
+            diff, sticky.tests_changed(store, root), taken={m.incident.incident_id for m in matches} | set(iterated))
         still_open: list[str] = []
-        max_iterations = recorder.effective.settings.max_iterations
         for match in matches:
             incident_id = match.incident.incident_id
             if match.attachment is sticky.Attachment.NOT_COLLECTED:
@@ -157,8 +150,8 @@ class LoopSide:
                     continue
             sticky.record_attached(store, match, diff)
             if match.attachment is sticky.Attachment.ALREADY_STOPPED:
-                recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
-                recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
+                recorder.lines += [(ESSENTIAL, sticky.already_stopped_line(match, recorder.effective.settings.max_iterations)),
+                                   (ESSENTIAL, sticky.next_step(match))]
                 continue
             sticky.continue_stopped(store, match)
             at = len(recorder.lines)
@@ -184,8 +177,7 @@ class LoopSide:
         if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
             passed = {self.known_id(n) for n in passed}
             skipped = {self.known_id(n) for n in skipped}
-        out = dict.fromkeys(passed, "passed")
-        out.update(dict.fromkeys(skipped, "skipped"))
+        out = {**dict.fromkeys(passed, "passed"), **dict.fromkeys(skipped, "skipped")}
         out.update((f.nodeid, f.outcome if f.outcome in ("failed", "error") else "failed") for f in failures if f.nodeid)
         return out
 
