@@ -1,10 +1,6 @@
-"""Data-driven failure classification (pure; docs/fingerprints.md).
-
-Rules are tried in order, extra rules (config, hook) before :data:`DEFAULT_RULES`, first
-against the *headline* (exception type, message, first stable line), then only if none
-matched against the head of the failure text: incidental words deep in a traceback (a
-``timeout=`` argument) must not outvote what the failure says.
-"""
+"""Data-driven failure classification (pure; docs/fingerprints.md): rules are tried against the
+*headline* first, then the failure text, so that incidental words deep in a traceback (a
+``timeout=`` argument) do not outvote what the failure says."""
 
 from __future__ import annotations
 

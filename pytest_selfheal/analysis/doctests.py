@@ -1,10 +1,5 @@
-"""Doctest failures as first-class failures (pure; docs/fingerprints.md "Doctests").
-
-pytest reports a failing doctest without an exception line, and its first line changes
-whenever the docstring above the example moves: :func:`doctest_line` gives the one line that
-names the failure. :func:`strip_worker_header` drops pytest-xdist's worker line, so a failure
-has one fingerprint with and without ``-n``.
-"""
+"""Doctest failures as first-class failures (pure; docs/fingerprints.md "Doctests"): the one line
+that names a doctest's failure, and a failure's text without xdist's worker line."""
 
 from __future__ import annotations
 

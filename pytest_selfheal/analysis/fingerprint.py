@@ -336,8 +336,7 @@ def _is_dict(items: Sequence[str]) -> bool:
 
 
 def unordered(text: str, depth: int = 0) -> str:
-    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs"): set items, two
-    literals of one line holding the same items in another order; an elided repr is ``[...]``."""
+    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs")."""
     if depth > 8 or not any(opener in text for opener in "[{("):
         return text
     literals = _literals(text)

@@ -1,10 +1,5 @@
-"""Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
-
-Failures are grouped by the code they point at (docs/loop.md "The plan"): the **frame**, the
-innermost traceback frame in a project file that is not a test file, and the **calls**, the
-project definitions the test's code names. Memoised per code object and per object: the
-tests of one module share the work.
-"""
+"""Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects):
+its innermost project frame and the project definitions its code names (docs/loop.md "The plan")."""
 
 from __future__ import annotations
 
@@ -233,9 +228,7 @@ class Resolver:
         return found
 
     def doctest(self, dtest: Any, excinfo: Any) -> Optional[RootCause]:
-        """The evidence of a failing doctest, so it joins the code failures that share its cause: the
-        object whose docstring holds it, what its examples name (in its module: the doctest's own
-        globals are cleared after it ran), and for an example that raised, where in the project."""
+        """The evidence of a failing doctest, so it joins the code failures that share its cause."""
         try:
             module, owner = _doctest_owner(str(getattr(dtest, "name", "") or ""))
             found: list[Definition] = []

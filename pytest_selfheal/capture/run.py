@@ -120,11 +120,7 @@ def analyse_run(
     warnings: list[str],
     user_junit: bool = True,
 ) -> list[Failure]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports, with target
-    paths and ``evidence`` (by node id as written), from their junit testcases: the user's
-    ``--junitxml`` (``user_junit``; not for runs that passed on re-run, which it holds as
-    passing), or each report's own. Secrets are redacted before fingerprinting: a signature on
-    disk never holds one and its hash is that of what is written."""
+    """The run's failures from its junit testcases (the user's ``--junitxml`` or each report's), redacted first."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     prefix = _junit_prefix(config)
     read: Iterable[TestCaseResult]
@@ -160,11 +156,7 @@ def capture_incident(
     passed_on_rerun: Sequence[Failure] = (),
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under
-    ``reports_root``. ``ci_run``: the token of the ``selfheal ci`` that started this pytest;
-    ``unverified``: failing tests over the junit reader's cap (never ``success``);
-    ``passed_on_rerun``: tests that passed on a re-run, recorded beside the failures, never
-    in the selection; ``reruns``: how often each failing test was re-run."""
+    """Capture this run's failures as a new incident (``unverified``: failing tests over the reader's cap)."""
     rootdir = Path(config.rootpath)
     redactor = effective.redactor
     run_id = new_run_id()

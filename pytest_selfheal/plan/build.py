@@ -104,8 +104,7 @@ def _selection(failure: Failure) -> Optional[str]:
 
 
 def normalised_message(failure: Failure) -> str:
-    """The normalised message of a ``<type> | <test> | <normalised message>`` signature: the known
-    test identity is cut out exactly, so a ``|`` inside the message or the test id is safe."""
+    """The message part of a ``<type> | <test> | <message>`` signature, the known test cut out exactly."""
     signature, test = failure.signature, failure.test
     head = f"{failure.failure_type} | {test} | "
     if test and signature.startswith(head):
@@ -129,8 +128,7 @@ def rank_failures(failures: Sequence[Failure]) -> list[RankedGroup]:
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
-    """``python -m pytest -q <nodeid>...`` shell-quoted; a redacted node id runs as its nearest
-    selectable parent. No node ids (a collection error): re-running collection is the verification."""
+    """``python -m pytest -q <nodeid>...`` shell-quoted (none: ``--collect-only``, a collection error)."""
     runnable: list[str] = []
     for nodeid in nodeids:
         parent = runnable_nodeid(nodeid)
@@ -338,9 +336,7 @@ def _attempt_fingerprints(attempt: Attempt) -> list[str]:
 
 
 def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[str] = None) -> Plan:
-    """A new revision of ``plan`` after ``replan_requested`` (``attempts``: the run's): the summary
-    notes what was tried, the old hypotheses lose a confidence level (they did not pan out), a
-    new one says the cause may lie outside the target paths; every other key stays in place."""
+    """A new revision of ``plan`` after ``replan_requested``: what was tried is written in, confidence lowered."""
     revision = plan_revision(plan)
     fingerprints = tuple(unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
     iterations = len(attempts)

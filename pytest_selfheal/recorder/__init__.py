@@ -102,9 +102,7 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
 
 
 class RootCauseHook:
-    """Resolves each failing test's root-cause evidence while its objects are alive, by node id
-    (the first failing phase wins). ``pytest_exception_interact`` runs only for a failing phase,
-    so a passing test pays nothing; it runs after the report was logged: the session end reads it."""
+    """Resolves each failing test's evidence while its objects are alive (only a failing phase pays)."""
 
     def __init__(self, rootdir: str) -> None:
         self.rootdir = rootdir
@@ -420,8 +418,7 @@ class Recorder:
         return False
 
     def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
-        """Whether the session end has anything to record: a failure, an open incident's test (run
-        or gone), or a passed test a stopped incident may hold (loop/sticky.py). Sets :attr:`gone`."""
+        """Whether the session end has anything to record (sets :attr:`gone`)."""
         self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
                               or exitstatus == pytest.ExitCode.INTERRUPTED)
         # Open incidents' tests this run should have run and did not (LoopSide.gone).

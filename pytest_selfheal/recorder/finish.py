@@ -37,10 +37,7 @@ from pytest_selfheal.store.root import project_store
 
 
 def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[tuple[str, Any]]:
-    """pytest's failing reports the run kept (or ``kept``), each with its node id as every
-    document holds it: cut and redacted here, once for every document this run writes; the
-    failing tests marked ``tdd`` noted on the recorder. Of several failing reports of one phase
-    (failing subtests) the first speaks, as in pytest's junit, which a verification reads."""
+    """pytest's failing reports with their node ids cut and redacted once for every document; the first of a phase."""
     redactor = recorder.redactor
     reports: list[tuple[str, Any]] = []
     phases: set[tuple[str, object]] = set()

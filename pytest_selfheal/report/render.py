@@ -1,7 +1,4 @@
-"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure).
-
-The layout is documented in docs/report.md; keep the two in step. Deterministic (golden files).
-"""
+"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure; docs/report.md)."""
 
 from __future__ import annotations
 
@@ -340,11 +337,9 @@ def _section_tests(report: Report, fixed: bool) -> list[str]:
 
 
 def _section_new_failures(report: Report) -> list[str]:
-    rows = []
-    for entry in report.incidents:
-        for f in entry.new_failures:
-            row = [code(f.nodeid or DASH), code(f.fingerprint or ""), str(f.iteration)]
-            rows.append(([code(entry.incident_id)] if _multi(report) else []) + row)
+    rows = [([code(e.incident_id)] if _multi(report) else []) + [code(f.nodeid or DASH), code(f.fingerprint or ""),
+                                                                 str(f.iteration)]
+            for e in report.incidents for f in e.new_failures]
     if not rows:
         return []
     header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "First Seen (Iteration)"]
