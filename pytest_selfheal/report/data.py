@@ -86,26 +86,21 @@ def _recorded(record: JsonRecord, key: str) -> bool:
     return record.keys is None or key in record.keys
 
 
+# The fields an iteration and a task copy from their attempt and plan action, as recorded.
+_ITERATION_FIELDS = ("iteration", "mode", "started_at", "finished_at", "result", "stop_reason", "verification_passed",
+                     "error_signature", "fingerprint_changed", "progress", "progress_reasons", "diff_hash")
+_TASK_FIELDS = ("title", "nodeids", "fingerprint", "fingerprints", "signature", "failure_type", "where", "also_where")
+
+
 def _iteration_entry(attempt: Attempt) -> ReportIteration:
     # A test this iteration did not run (agent mode with -x) carries its last outcome in the
     # attempt; the report counts only the tests that ran.
     not_run = set(strs(attempt.get_extra("not_run")))
     repair = attempt.repair
     return ReportIteration(
-        iteration=attempt.iteration,
-        mode=attempt.mode,
-        started_at=attempt.started_at,
-        finished_at=attempt.finished_at,
-        result=attempt.result,
-        stop_reason=attempt.stop_reason,
-        verification_passed=attempt.verification_passed,
+        **{name: getattr(attempt, name) for name in _ITERATION_FIELDS},
         outcomes={k: v for k, v in sorted(attempt.outcomes.items()) if k not in not_run},
         fingerprints=tuple(f.fingerprint for f in attempt.failures if f.fingerprint),
-        error_signature=attempt.error_signature,
-        fingerprint_changed=attempt.fingerprint_changed,
-        progress=attempt.progress,
-        progress_reasons=attempt.progress_reasons,
-        diff_hash=attempt.diff_hash,
         repair_result=repair.result if repair is not None and _recorded(repair, "result") else None,
         timed_out=attempt.timed_out is True,
     )
@@ -241,19 +236,12 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         else:
             task_stop = None  # not run (yet), or never verified by the loop
         tasks.append(ReportTask(
+            **{name: getattr(action, name) for name in _TASK_FIELDS},
             task=action.id or f"A{len(tasks) + 1}",
-            title=action.title,
-            nodeids=nodeids,
             attempts=count,
             stop_reason=task_stop,
             passed=passed,
             flaky=bool(nodeids) and passed and all(n in flaky for n in nodeids),
-            fingerprint=action.fingerprint,
-            fingerprints=action.fingerprints,
-            signature=action.signature,
-            failure_type=action.failure_type,
-            where=action.where,  # the top suspect
-            also_where=action.also_where,
         ))
 
     new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
