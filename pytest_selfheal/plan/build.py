@@ -158,6 +158,8 @@ def shorten(text: str, limit: int = 80) -> str:
 _ACTION_KEYS = ("id", "title", "priority", "risk", "target_paths", "test_paths", "verification", "fingerprint",
                 "fingerprints", "signature", "failure_type", "nodeids", "root_cause")
 _HYPOTHESIS_KEYS = ("id", "confidence", "reason", "actions", "failure_type")
+# What an action takes from its located top suspect (plan/suspects.py).
+_LOCATED_FIELDS = ("where", "assertion", "suspects", "excerpt", "also_where", "also_excerpt")
 _PLAN_KEYS = ("incident_id", "generated_at", "revision", "summary", "root_cause_hypotheses", "actions",
               "verification_commands", "done_criteria")
 
@@ -203,12 +205,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         failure_type=failure_type,
         nodeids=tuple(nodeids),
         root_cause=group.key(),
-        where=located.where,
-        assertion=located.assertion,
-        suspects=located.suspects,
-        excerpt=located.excerpt,
-        also_where=located.also_where,
-        also_excerpt=located.also_excerpt,
+        **{name: getattr(located, name) for name in _LOCATED_FIELDS},
         keys=_ACTION_KEYS + located.action_keys(),
     )
 

@@ -90,6 +90,8 @@ def _recorded(record: JsonRecord, key: str) -> bool:
 _ITERATION_FIELDS = ("iteration", "mode", "started_at", "finished_at", "result", "stop_reason", "verification_passed",
                      "error_signature", "fingerprint_changed", "progress", "progress_reasons", "diff_hash")
 _TASK_FIELDS = ("title", "nodeids", "fingerprint", "fingerprints", "signature", "failure_type", "where", "also_where")
+_INCIDENT_FIELDS = ("created_at", "step", "failure_class", "error_signature", "unverified_failures")
+_RUN_RESULT_FIELDS = ("same_error_repeats", "runtime_minutes", "archived_to", "decision_point")
 
 
 def _iteration_entry(attempt: Attempt) -> ReportIteration:
@@ -273,23 +275,19 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     handoff["recommended_next_action"] = after_repair or recommended
     has_config = rr is not None and _recorded(rr, "effective_config")
 
+    recorded: dict[str, Any] = {name: getattr(rr, name, None) for name in _RUN_RESULT_FIELDS}  # None without one
     return ReportIncident(
+        **{name: getattr(incident, name) for name in _INCIDENT_FIELDS},
+        **recorded,
         incident_id=incident_id,
         status=status,
         bucket=run.bucket,
-        created_at=incident.created_at,
-        step=incident.step,
-        failure_class=incident.failure_class,
-        error_signature=incident.error_signature,
         capture_tests=tuple(unique(n for n in (_failure_id(f) for f in failures) if n)),
         plan_revision=(run.plan.revision or 1) if run.plan is not None else None,
         finished=finished,
         final_status=final_status,
         stop_reason=stop_reason,
         loops_used=loops_used,
-        same_error_repeats=rr.same_error_repeats if rr is not None else None,
-        runtime_minutes=rr.runtime_minutes if rr is not None else None,
-        archived_to=rr.archived_to if rr is not None else None,
         run_config=_unwrap_config(plain_json(rr.effective_config)) if rr is not None and has_config else None,
         tasks=tuple(tasks),
         iterations=tuple(iterations),
@@ -298,10 +296,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         flaky_tests=tuple(unique(flaky)),
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
         tests_edited=attempts[-1].tests_edited if attempts else (),
-        unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures.values()),
         triage=tuple(report_triage([*failures, *incident.passed_on_rerun], flaky)),
-        decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),
         regression_check=_regression_check(attempts),
