@@ -21,11 +21,9 @@ def is_doctest_line(line: str) -> bool:
 
 
 def strip_worker_header(text: str) -> str:
-    while True:
-        match = _WORKER.match(text)
-        if match is None:
-            return text
+    while (match := _WORKER.match(text)) is not None:
         text = text[match.end():]
+    return text
 
 
 def _block(lines: Sequence[str]) -> str:
@@ -68,9 +66,7 @@ def doctest_line(text: str) -> Optional[str]:
     example = _example(lines[:expected_at])
     got_at = next((i for i in range(expected_at + 1, len(lines)) if lines[i].startswith("Got")), len(lines))
     expected = _block(lines[expected_at + 1: got_at])
-    got_lines: list[str] = []
-    if got_at < len(lines) and lines[got_at].rstrip() == "Got:":
-        got_lines = lines[got_at + 1:]
+    got_lines = lines[got_at + 1:] if got_at < len(lines) and lines[got_at].rstrip() == "Got:" else []
     got = _block(got_lines) if got_lines else "nothing"
     return f"{DOCTEST_MARK}: {example} expected: {expected} got: {got}"
 

@@ -92,6 +92,5 @@ def is_test_file(path: str) -> bool:
     text = path.replace("\\", "/").strip()
     parts = (posixpath.normpath(text) if text else "").split("/")
     name = parts[-1]
-    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
-        return True
-    return any(part in _TEST_DIRS for part in parts[:-1])
+    return (name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+            or any(part in _TEST_DIRS for part in parts[:-1]))

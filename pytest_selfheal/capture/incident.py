@@ -41,12 +41,9 @@ def build_incident(
     first = failures[0]
     collection = any(nodeid == first.nodeid and report.when == "collect" for nodeid, report in reports)
     return Incident(
+        **{name: getattr(first, name) for name in ("failure_class", "failure_type", "message", "fingerprint")},
         step=STEP_COLLECTION if collection else first.nodeid or first.test,
-        failure_class=first.failure_class,
-        failure_type=first.failure_type,
-        message=first.message,
         error_signature=first.signature,
-        fingerprint=first.fingerprint,
         fingerprints=tuple(sorted({f.fingerprint for f in failures})),
         nodeids=tuple(f.nodeid or f.test for f in failures),
         failures=tuple(failures),
