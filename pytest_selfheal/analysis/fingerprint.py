@@ -48,8 +48,7 @@ _PYTEST_E_LINE = re.compile(rf"^E\s+({_EXC_NAME}.*)$", re.MULTILINE)
 _PY_EXC_LINE = re.compile(rf"^({_EXC_NAME}.*)$", re.MULTILINE)
 # go test's own log lines: "    calc_test.go:21: Divide(7, 2) = 3; want 3.5".
 _GO_TEST_LINE = re.compile(r"^\s*([\w.-]+_test\.go:\d+: \S.*)$", re.MULTILINE)
-# Lines of free text (jest, go, Surefire stack traces…) that look like the error.
-# "Error Trace:" is testify's location header, not the error.
+# Lines of free text that look like the error ("Error Trace:" is testify's header, not the error).
 _ERRORISH = re.compile(
     r"\w*(?:Error|Exception)\b(?!\s+Trace)|error:|\bFAIL\b|panic:|\bassert|[Ee]xpected|Timeout"
 )

@@ -100,8 +100,7 @@ def _valid(key: str, value: Any) -> bool:
     return bool(value) or key != "name"
 
 
-# A pattern is searched in every failure's text: one longer than this, or with more variable
-# repeats than this, costs too much to be worth it.
+# A pattern is searched in every failure's text: one longer or with more variable repeats costs too much.
 MAX_PATTERN_CHARS = 1000
 MAX_PATTERN_REPEATS = 20
 

@@ -21,8 +21,7 @@ _CI_KEYS = (
 )
 
 
-# platform.platform() runs `uname -p` as a subprocess on its first call (CPython caches the
-# answer): probe_platform() starts that call in a thread, run_context() waits for it.
+# platform.platform() runs a subprocess on its first call: probe_platform() starts it in a thread.
 _PLATFORM_PROBE: list[threading.Thread] = []
 
 

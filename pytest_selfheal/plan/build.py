@@ -62,7 +62,6 @@ _TYPE_INFO: dict[str, tuple[str, str, str]] = {
 
 STEP_COLLECTION = "collection"  # the step of an incident whose first failure is a collection error
 
-# plan.md stays readable and small at any failure count (docs/loop.md "The plan").
 # A command selecting more node ids than this is shown with its first few, then "… N more".
 _SHOWN_NODEIDS = 10
 _SHOWN_HEAD = 3

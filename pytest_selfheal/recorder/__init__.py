@@ -89,9 +89,8 @@ def has_config(config: pytest.Config) -> bool:
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
         return True
     global_path = global_config_path(os.environ)
-    paths = [*project_config_paths(config.rootpath), *([global_path] if global_path is not None else [])]
     # No home for the global file: reading the config says so.
-    return global_path is None or any(os.path.lexists(path) for path in paths)
+    return global_path is None or any(os.path.lexists(p) for p in [*project_config_paths(config.rootpath), global_path])
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
@@ -113,9 +112,7 @@ class RootCauseHook:
         # Imported here: only a failing test is read for evidence.
         from pytest_selfheal.capture import evidence
 
-        if self.resolver is None:
-            self.resolver = evidence.Resolver(self.rootdir)
-        resolver: Resolver = self.resolver
+        resolver = self.resolver = self.resolver or evidence.Resolver(self.rootdir)
         dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
         if dtest is not None:
             return resolver.doctest(dtest, excinfo)

@@ -20,8 +20,7 @@ _OUTCOME_RANK: dict[str, int] = {
     FinalStatus.RESOLVED: 3,
 }
 _UNFINISHED_RANK = 2
-# Stop reasons in the loop's own precedence (most specific diagnosis first), except that
-# success ranks last and "no stop reason yet" just before it.
+# Stop reasons in the loop's own precedence, then "no stop reason yet", then success.
 REASON_ORDER: tuple[Optional[str], ...] = tuple(
     r for r in policy.PRECEDENCE if r != StopReason.SUCCESS
 ) + (None, StopReason.SUCCESS)
