@@ -1,9 +1,5 @@
-"""Glue: junit files -> fingerprinted, classified failures (docs/fingerprints.md).
-
-``junit.map_failing`` streams a file keeping the latest failing record per test (reruns
-de-duplicated, bounded memory); each failure is classified (``classify``) and
-fingerprinted (``fingerprint``) as soon as it is read.
-"""
+"""Glue: junit files -> fingerprinted, classified failures, each as soon as it is read
+(streamed, reruns de-duplicated, bounded memory; docs/fingerprints.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +19,6 @@ Analysed = tuple[models.Failure, models.Classification]
 
 
 def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) -> Analysed:
-    """Classify and fingerprint one failing testcase; also return the classification."""
     line = first_stable_line(case)
     classification = classify(case, extra_rules, headline=line)
     test = case.test
@@ -48,8 +43,7 @@ def analyse_case(case: models.TestCaseResult, extra_rules: Sequence[Rule] = ()) 
 def analyse_junit(
     source: Source, extra_rules: Sequence[Rule] = (), warnings: Optional[list[str]] = None
 ) -> list[Analysed]:
-    """(Failure, Classification) of each failing testcase of one junit file, reruns
-    de-duplicated (the last record wins); InputError when it is no junit XML."""
+    """(Failure, Classification) of each failing testcase of a junit file; InputError when it is none."""
     return map_failing(source, lambda case: analyse_case(case, extra_rules), warnings=warnings)
 
 
@@ -58,10 +52,7 @@ def failures_from_cases(
     extra_rules: Sequence[Rule] = (),
     warnings: Optional[list[str]] = None,
 ) -> list[models.Failure]:
-    """The failing testcases as Failures, reruns de-duplicated (the last record wins), in
-    order of first appearance but failing doctests last: the first failure is the one an
-    incident leads with, and a doctest showing the same bug as a code failure must not be it.
-    ``nodeid`` is left None: only the plugin knows it."""
+    """The failing testcases as Failures, reruns de-duplicated, failing doctests last (never the lead)."""
     failures = [analyse_case(case, extra_rules)[0] for case in latest_failing(cases, warnings=warnings)]
     return sorted(failures, key=lambda f: is_doctest_line(f.message))  # stable
 

@@ -1,15 +1,6 @@
-"""Data-driven failure classification (docs/fingerprints.md). Pure: no I/O.
-
-A rule is a regular expression and the failure type it implies. Rules are tried in order,
-extra rules (config ``classification.rules``, the ``pytest_selfheal_classification_rules``
-hook) before :data:`DEFAULT_RULES`, in two tiers:
-
-1. against the *headline*: the exception type, the message and the first stable line;
-2. only if no rule matched there, against the head of the failure text (traceback).
-
-The headline tier keeps incidental words deep in a traceback (a ``timeout=`` argument in
-a source line, say) from outvoting what the failure actually says.
-"""
+"""Data-driven failure classification (pure; docs/fingerprints.md): rules are tried against the
+*headline* first, then the failure text, so that incidental words deep in a traceback (a
+``timeout=`` argument) do not outvote what the failure says."""
 
 from __future__ import annotations
 
@@ -33,9 +24,8 @@ _B = models.BUILD_COMPILE
 _E = models.TOOLING_ENV
 _TO = models.TIMEOUT
 
-# Exceptions that code under test raises at run time (Python, JavaScript, Java): a bug in
-# the code, not the environment. Each alternative starts with a literal (no leading \b),
-# which lets the regex engine skip ahead to candidate positions.
+# Exceptions code under test raises at run time: a bug in the code, not the environment.
+# Patterns start with a literal (boundaries as look-behinds after it): the engine skips ahead.
 _RUNTIME_EXCEPTIONS = (
     "TypeError", "ValueError", "KeyError", "IndexError", "AttributeError", "NameError",
     "ZeroDivisionError", "RuntimeError", "NotImplementedError", "UnboundLocalError",
@@ -46,8 +36,7 @@ _RUNTIME_EXCEPTIONS = (
     "NoSuchElementException", "ArithmeticException", "ConcurrentModificationException",
 )  # fmt: skip
 
-# Ordered: the first matching rule wins, so specific rules come before general ones
-# (timeouts and environment problems before "any exception is a code bug").
+# Ordered: the first matching rule wins, so specific rules come before general ones.
 DEFAULT_RULES: tuple[Rule, ...] = (
     # -- DOCTEST_MISMATCH (first: a doctest's expected or got output may hold any text) -----
     Rule("doctest_mismatch", rf"^{DOCTEST_MARK}: >>>", models.DOCTEST_MISMATCH, keywords=("doctestfailure",)),
@@ -61,8 +50,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          r"|TIMED?[\s-]?OUT\b|context deadline exceeded",
          _TO, keywords=("timeout", "deadlineexceeded", "time", "deadline exceeded")),
     # -- TOOLING_ENV -----------------------------------------------------------------------
-    # pytest-xdist's workers collected different tests (random or unordered parametrize ids):
-    # the error names a worker, not code; nothing in the project can be verified by node id.
+    # xdist's workers collected different tests: the error names a worker, not code.
     Rule("xdist_collection_mismatch", r"Different tests were collected between gw\d+ and gw\d+", _E,
          keywords=("different tests were collected",)),
     Rule("missing_module", r"ModuleNotFoundError: No module named|No module named '", _E,
@@ -127,8 +115,6 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("eslint_stylish", r"^ *\d+:\d+ *  error  .+  [\w@/-]+$|^ *\d+:\d+ *  warning  .+  [\w@/-]+$", _L,
          keywords=("  error  ", "  warning  ")),
     # -- TEST_ASSERTION --------------------------------------------------------------------
-    # Alternatives start with a literal (boundaries as look-behinds after it) so the regex
-    # engine can skip to candidate positions.
     Rule("assertion", r"AssertionError|AssertionFailedError|ComparisonFailure|AssertionFailure"
          r"|a(?<!\wa)ssert |expect\(.*\)\.|\.toBe\w*\(|\.toEqual\(|\.toStrictEqual\("
          r"|\.toMatch\w*\(|\.toContain\w*\(|\.toThrow\w*\(|\.toHaveBeenCalled\w*\("
@@ -159,8 +145,7 @@ def _first_match(rules: Sequence[Rule], haystack: str) -> Optional[Rule]:
                  and rule.regex.search(haystack)), None)
 
 
-# The keywords of the default rules, checked once per text rather than once per rule,
-# and for each keyword the (indices of the) rules it lets through.
+# The default rules' keywords, checked once per text, and the rules each lets through.
 _DEFAULT_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in DEFAULT_RULES for k in r.keywords}))
 _RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
     k: tuple(i for i, r in enumerate(DEFAULT_RULES) if k in r.keywords) for k in _DEFAULT_KEYWORDS
@@ -169,8 +154,7 @@ _RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
 
 def _default_match(haystack: str) -> Optional[Rule]:
     lowered = haystack.lower()
-    # compress/map keep the 100-odd substring checks in C (several times faster than a
-    # comprehension); usually only a handful of rules remain to be tried, in order.
+    # compress/map keep the 100-odd substring checks in C; a handful of rules remain to try.
     candidates: set[int] = set()
     for keyword in compress(_DEFAULT_KEYWORDS, map(lowered.__contains__, _DEFAULT_KEYWORDS)):
         candidates.update(_RULES_OF_KEYWORD[keyword])
@@ -181,8 +165,7 @@ def _default_match(haystack: str) -> Optional[Rule]:
     return None  # every default rule has keywords (tests/test_classify.py)
 
 
-# Pure, and failures repeat (one broken fixture fails a hundred tests the same way): a
-# bounded memo of the headline tier saves the regex work for every repeat.
+# Failures repeat (one broken fixture fails a hundred tests alike): a memo of the headline tier.
 _default_headline_match = functools.lru_cache(maxsize=4096)(_default_match)
 
 
@@ -197,8 +180,7 @@ def classify(
     *,
     headline: Optional[str] = None,
 ) -> models.Classification:
-    """The classification of the first rule that matches (module docstring), UNKNOWN when
-    none does. ``headline``: the case's :func:`first_stable_line`, when already computed."""
+    """The classification of the first matching rule, else UNKNOWN; ``headline``: the case's first stable line."""
     if headline is None:
         headline = first_stable_line(case)
     message = case.message[:MAX_MESSAGE]

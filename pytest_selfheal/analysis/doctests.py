@@ -1,12 +1,5 @@
-"""Doctest failures as first-class failures (docs/fingerprints.md "Doctests"). Pure: no I/O.
-
-pytest reports a failing doctest without an exception line: the numbered source listing,
-``Expected:``/``Got:`` blocks (or ``UNEXPECTED EXCEPTION:`` and a traceback), then
-``path:LINE: DocTestFailure``. Its first line said nothing and changed whenever the
-docstring above the example moved; :func:`doctest_line` gives the one line that names the
-failure instead. :func:`strip_worker_header` drops pytest-xdist's ``[gw1] … -- Python …``
-line, so a failure has one fingerprint with and without ``-n``.
-"""
+"""Doctest failures as first-class failures (pure; docs/fingerprints.md "Doctests"): the one line
+that names a doctest's failure, and a failure's text without xdist's worker line."""
 
 from __future__ import annotations
 
@@ -24,17 +17,13 @@ _MAX_BLOCK = 200  # characters of an expected / got block kept in the line
 
 
 def is_doctest_line(line: str) -> bool:
-    """Is ``line`` (a failure's message) one that :func:`doctest_line` made?"""
     return line.startswith(DOCTEST_MARK + ": >>>") or (line.endswith(")") and " (doctest >>>" in line)
 
 
 def strip_worker_header(text: str) -> str:
-    """``text`` without pytest-xdist's leading ``[gwN] <platform> -- Python …`` line(s)."""
-    while True:
-        match = _WORKER.match(text)
-        if match is None:
-            return text
+    while (match := _WORKER.match(text)) is not None:
         text = text[match.end():]
+    return text
 
 
 def _block(lines: Sequence[str]) -> str:
@@ -54,8 +43,7 @@ def _example(lines: Sequence[str]) -> str:
 
 
 def doctest_line(text: str) -> Optional[str]:
-    """The failure line of a pytest doctest report, or None when ``text`` is not one
-    (module docstring)."""
+    """The failure line of a pytest doctest report, or None when ``text`` is not one."""
     if "DocTestFailure" not in text and "UnexpectedException" not in text:
         return None
     end = None
@@ -78,9 +66,7 @@ def doctest_line(text: str) -> Optional[str]:
     example = _example(lines[:expected_at])
     got_at = next((i for i in range(expected_at + 1, len(lines)) if lines[i].startswith("Got")), len(lines))
     expected = _block(lines[expected_at + 1: got_at])
-    got_lines: list[str] = []
-    if got_at < len(lines) and lines[got_at].rstrip() == "Got:":
-        got_lines = lines[got_at + 1:]
+    got_lines = lines[got_at + 1:] if got_at < len(lines) and lines[got_at].rstrip() == "Got:" else []
     got = _block(got_lines) if got_lines else "nothing"
     return f"{DOCTEST_MARK}: {example} expected: {expected} got: {got}"
 

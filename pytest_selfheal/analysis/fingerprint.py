@@ -1,9 +1,6 @@
-"""Stable fingerprints of failures (docs/fingerprints.md). Pure: no I/O.
-
-A failure's fingerprint is built from the test identity and the *first stable line* of
-the failure (exception type and message, else the first error-looking line of the
-text), normalised so that what changes between runs and machines (tmp paths, addresses,
-PIDs, ports, timestamps, durations, line numbers…) does not change the fingerprint:
+"""Stable fingerprints of failures (pure; docs/fingerprints.md): the test identity and the
+failure's *first stable line*, normalised so that what changes between runs and machines
+does not change the fingerprint:
 
     signature   = "<failure_type> | <classname::name> | <normalised first line>"
     fingerprint = sha256(f"{SCHEME}:{signature}")[:12]
@@ -51,8 +48,7 @@ _PYTEST_E_LINE = re.compile(rf"^E\s+({_EXC_NAME}.*)$", re.MULTILINE)
 _PY_EXC_LINE = re.compile(rf"^({_EXC_NAME}.*)$", re.MULTILINE)
 # go test's own log lines: "    calc_test.go:21: Divide(7, 2) = 3; want 3.5".
 _GO_TEST_LINE = re.compile(r"^\s*([\w.-]+_test\.go:\d+: \S.*)$", re.MULTILINE)
-# Lines of free text (jest, go, Surefire stack traces…) that look like the error.
-# "Error Trace:" is testify's location header, not the error.
+# Lines of free text that look like the error ("Error Trace:" is testify's header, not the error).
 _ERRORISH = re.compile(
     r"\w*(?:Error|Exception)\b(?!\s+Trace)|error:|\bFAIL\b|panic:|\bassert|[Ee]xpected|Timeout"
 )
@@ -60,15 +56,10 @@ _RUNNER_NOISE = ("=== RUN", "=== PAUSE", "=== CONT", "--- FAIL:", "Traceback (mo
 
 
 def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            return line
-    return ""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def _text_line(text: str, exc_type: str) -> str:
-    """The line of free failure text that names the failure (see first_stable_line)."""
     head = text[:TEXT_SCAN]
     # pytest longrepr: the last "E   SomeError: …" line is the exception raised.
     found = _PYTEST_E_LINE.findall(head)
@@ -76,14 +67,9 @@ def _text_line(text: str, exc_type: str) -> str:
         return str(found[-1]).strip()
     python_traceback = "Traceback (most recent call last)" in head
     if exc_type:
-        # The line that starts with the declared exception type: Java prints it first,
-        # a Python traceback last.
-        short_type = exc_type.rsplit(".", 1)[-1]
-        typed = [
-            stripped
-            for stripped in (line.strip() for line in head.splitlines())
-            if stripped.startswith(exc_type) or stripped.startswith(short_type)
-        ]
+        # The line starting with the exception type: Java prints it first, Python last.
+        starts = (exc_type, exc_type.rsplit(".", 1)[-1])
+        typed = [stripped for stripped in (line.strip() for line in head.splitlines()) if stripped.startswith(starts)]
         if typed:
             return typed[-1] if python_traceback else typed[0]
     if python_traceback:
@@ -104,10 +90,7 @@ def _text_line(text: str, exc_type: str) -> str:
 
 
 def first_stable_line(case: models.TestCaseResult) -> str:
-    """The one line that identifies a failure, before normalisation (docs/fingerprints.md):
-    the message's first line with its exception type; for a generic message, the line of the
-    failure text that names the failure; else the bare exception type. A doctest report gives
-    its failing example (:mod:`.doctests`)."""
+    """The one line that identifies a failure, before normalisation (docs/fingerprints.md)."""
     doctest = doctest_line(case.message) or doctest_line(case.text[:TEXT_SCAN])
     if doctest is not None:
         return doctest
@@ -118,8 +101,7 @@ def first_stable_line(case: models.TestCaseResult) -> str:
     line = _first_line(message)
     exc_type = case.exc_type.strip()
     if line.lower() not in _GENERIC_MESSAGES:
-        short_type = exc_type.rsplit(".", 1)[-1]
-        if exc_type and not (line.startswith(exc_type) or line.startswith(short_type)):
+        if exc_type and not line.startswith((exc_type, exc_type.rsplit(".", 1)[-1])):
             return f"{exc_type}: {line}"
         return line
     if case.text.strip():
@@ -127,13 +109,10 @@ def first_stable_line(case: models.TestCaseResult) -> str:
     return exc_type or line
 
 
-# --------------------------------------------------------------------------------------
 # Normalisation. Each rule is (pattern, replacement); order matters and is documented in
 # docs/fingerprints.md. Placeholders are <UPPER> words: no rule matches inside them.
 
 Replacement = Union[str, Callable[[Match[str]], str]]
-
-
 _MMSS = r":[0-5]\d:[0-5]\d"
 _TS_TIME = rf"\d{{1,2}}{_MMSS}(?:[.,]\d+)?"
 _TS_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2})(?![\w<]))?"
@@ -147,10 +126,7 @@ _SEG = r"[\w.@%+~=-]+"
 def _ip(match: Match[str]) -> str:
     # A port follows the address: "1.2.3.4:80" or "[::1]:80" (IPv6 colons are inside []).
     found = match.group(0)
-    host_end = found.rfind("]") + 1
-    if host_end:
-        return "<IP>:<PORT>" if ":" in found[host_end:] else "<IP>"
-    return "<IP>:<PORT>" if ":" in found else "<IP>"
+    return "<IP>:<PORT>" if ":" in found[found.rfind("]") + 1:] else "<IP>"
 
 
 # What may stand before ":<line>" in a file reference: "x.py", "Foo.java", "<frozen x>".
@@ -170,16 +146,14 @@ def _duration_or_number(match: Match[str]) -> str:
 
 def _hash(match: Match[str]) -> str:
     found = match.group(0)
-    # Only a mix of digits and letters is an id; "deadbeefcafe" or "12345678" are not
-    # (long plain numbers are handled by the number rule).
+    # Only a mix of digits and letters is an id ("deadbeefcafe" is not; numbers: their own rule).
     if found.isdigit() or not any(c.isdigit() for c in found):
         return found
     return "<HASH>"
 
 
 class _Rule(NamedTuple):
-    """One normalisation: ``pattern`` -> ``replacement``, tried only when cheap necessary
-    conditions hold (most lines need only a few of the regexes)."""
+    """One normalisation, tried only when cheap necessary conditions hold (most lines need a few)."""
 
     chars: frozenset[str]  # characters a match always contains
     needles: tuple[str, ...]  # one of these substrings occurs in a match (empty: no condition)
@@ -189,8 +163,7 @@ class _Rule(NamedTuple):
 
 
 def _keep_group_then(placeholder: str) -> Callable[[Match[str]], str]:
-    """Replacement keeping group 1 (e.g. ``pid=``) and replacing the rest: a function is
-    much cheaper than re's template expansion (``r"\1<PID>"``), run per match."""
+    """Replacement keeping group 1: much cheaper than re's template expansion, run per match."""
 
     def replace(match: Match[str]) -> str:
         return match.group(1) + placeholder
@@ -207,19 +180,15 @@ _DOT_DIGITS = tuple(f".{d}" for d in "0123456789")
 def _rule(
     chars: str, needles: tuple[str, ...], digits: bool, pattern: str, replacement: Replacement
 ) -> _Rule:
-    # Compiled when first needed: most lines meet the conditions of a few rules only, and
-    # compiling all of them cost every failing `pytest --selfheal` run at import.
+    # Compiled when first needed: most lines meet the conditions of a few rules only.
     return _Rule(frozenset(chars), needles, digits, functools.lru_cache(maxsize=None)(lambda: re.compile(pattern)), replacement)
 
 
 # Conventions of the patterns below:
-# * Each starts with a literal or a character class, and word-boundary checks come as
-#   look-behinds after that first character (_start): the regex engine then skips ahead
-#   in C to the few positions that can start a match, several times faster than \b.
-# * A placeholder counts as a word for boundaries: "not after a word" also means "not
-#   after <…X>" and "not before a word" also "not before <X…>" (_END). Replacing a token
-#   then never turns its neighbours into new matches, so one pass is enough: normalise
-#   is idempotent (property-tested).
+# * Each starts with a literal or a class, word-boundary checks as look-behinds after it
+#   (_start): the engine skips ahead in C to the positions that can start a match.
+# * A placeholder counts as a word for boundaries (_END): a replacement never turns its
+#   neighbours into new matches, so one pass is enough and normalise is idempotent.
 _END = r"(?!\w)(?!<[A-Z])"
 
 
@@ -245,9 +214,8 @@ _RULES: tuple[_Rule, ...] = (
           r"|/(?<![\w.:/\\~-]/)(?<![A-Z]>/)root(?![\w/\\])(?!<[A-Z])", "<HOME>"),
     _rule("\\", ("\\Users\\",), False,
           r"[A-Za-z](?<![\w.:/\\~-][A-Za-z])(?<![A-Z]>[A-Za-z]):\\Users\\[\w.-]+(?![\w.-]*[/\\])(?!<[A-Z])", "<HOME>"),
-    # 2. file:// URIs and absolute paths (POSIX, ~/ and $HOME/, Windows drive, UNC): the
+    # 2. file:// URIs and absolute paths (POSIX, ~/, $HOME/, Windows, UNC; tmp dirs too): the
     #    directory part becomes <PATH>/, the file name stays so different files differ.
-    #    Covers tmp dirs (/tmp/pytest-of-u/pytest-3/test_x0/, /var/folders/…/T/, %TEMP%).
     _rule(":/", ("file:",), False, rf"{_start('f')}ile:/+(?:{_SEG}/)*", "<PATH>/"),
     _rule("/", ("~/", "$HOME/"), False, rf"(?<![\w.:/\\~$-])(?<![A-Z]>)(?:~|\$HOME)/(?:{_SEG}/)*", "<PATH>/"),
     _rule("/", (), False, rf"/{_PB_SLASH}(?:{_SEG}/)+", "<PATH>/"),
@@ -260,8 +228,7 @@ _RULES: tuple[_Rule, ...] = (
     # 4. Timestamps and dates: ISO 8601 (and bare dates), RFC 2822 / syslog, bare times.
     _rule("-", ("-0", "-1"), True,  # the month
           rf"{_S_DIGIT}\d{{3}}-[01]\d-[0-3]\d(?:[T ]{_TS_TIME})?{_TS_ZONE}{_END}", "<TS>"),
-    # Weekday first, day first, month first; each alternative starts with a literal or a
-    # class so that the engine skips cheaply over the rest of the line.
+    # Weekday first, day first, month first.
     _rule(": ", _MONTHS, True,
           rf"{_start(_WEEKDAY)},?\s(?:\d{{1,2}}\s{_MONTH}|{_MONTH}\s+\d{{1,2}})(?:\s\d{{4}})?{_TS_TAIL}"
           rf"|{_S_DIGIT}\d?\s{_MONTH}(?:\s\d{{4}})?{_TS_TAIL}"
@@ -284,15 +251,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule("rocess", ("rocess",), True, rf"({_start('[Pp]')}rocess\s+)\d+{_END}", _keep_group_then("<PID>")),
     # 10. Line numbers in words: "line 42", "lines 3-5".
     _rule("ine", ("ine",), True, rf"({_start('[Ll]')}ines?\s+)\d+(?:\s*-\s*\d+)?", _keep_group_then("<N>")),
-    # 11. Durations: 1.23s, 150ms, 0.5 seconds, 2m30s, 1h2m; and
-    # 12. any remaining long number (ids, epochs, counters, big values): 5+ digits.
-    #     One regex for both (one scan): a unit makes a duration, else 5+ digits a number.
+    # 11. Durations (1.23s, 2m30s) and 12. any remaining number of 5+ digits: one regex,
+    #     one scan (a unit makes a duration).
     _rule("", (), True,
           rf"{_S_DIGIT}\d*(?:(?P<dur>(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|mins?"
           rf"|minutes?|h|hrs?|hours?)|m\d+(?:\.\d+)?s|h\d+m(?:\d+(?:\.\d+)?s)?)|(?<=\d{{5}})){_END}",
           _duration_or_number),
-    # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17",
-    #     "(Foo.java:42)", "<frozen importlib._bootstrap>:1204" (last: after placeholders).
+    # 13. Line (and column) numbers of file references: "x.py:42", "x.js:5:17" (last).
     _rule(":", (), True, rf":\d+(?::\d+)*{_END}", _file_line),
 )
 
@@ -300,9 +265,8 @@ _DIGIT = re.compile(r"\d")
 
 
 def _apply_rules(text: str) -> str:
-    # The conditions are decided once, on the input: a rule whose condition was true but
-    # whose text an earlier rule replaced simply finds nothing, and replacements add no
-    # character or substring that the input lacked where a later rule could use it.
+    # The conditions are decided once, on the input: replacements add no character or
+    # substring a later rule could use.
     chars = frozenset(text)
     has_digit = _DIGIT.search(text) is not None
     for needs, needles, digits, pattern, replacement in _RULES:
@@ -323,8 +287,7 @@ _MAX_ITEMS = 200  # a longer literal is left as it is: bounded work per line
 
 
 def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
-    """Top-level bracketed literals of ``text``: ``(start, end, opener, items)``, items split
-    at the literal's own commas (quotes and nested brackets respected). One linear scan."""
+    """Top-level bracketed literals of ``text``: ``(start, end, opener, items split at its commas)``."""
     found: list[tuple[int, int, str, list[str]]] = []
     stack: list[tuple[int, str, list[int]]] = []  # (start, opener, comma positions at depth 1)
     quote = ""
@@ -355,7 +318,6 @@ def _literals(text: str) -> list[tuple[int, int, str, list[str]]]:
 
 
 def _is_dict(items: Sequence[str]) -> bool:
-    """Whether an item holds a colon outside quotes and brackets (``k: v``)."""
     for item in items:
         depth, quote = 0, ""
         for char in item:
@@ -373,16 +335,7 @@ def _is_dict(items: Sequence[str]) -> bool:
 
 
 def unordered(text: str, depth: int = 0) -> str:
-    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs").
-
-    - the items of a set literal ``{'b', 'a'}``, at any depth (``frozenset({...})``,
-      a set inside a list); a dict literal (``{k: v}``) keeps its order, insertion order;
-    - two list or tuple literals of one line (not calls or subscripts) that hold the same
-      items in another order (``assert ['c', 'a'] == ['a', 'c']``): the order is the whole
-      difference, and with a set behind it, it changes every run — both are written sorted;
-    - a list, tuple or set whose repr pytest elided (``['charlie', '...lta', 'alpha']``):
-      written ``[...]``, since which items show depends on the order.
-    """
+    """Sort what hash order decides (docs/fingerprints.md "Unordered reprs")."""
     if depth > 8 or not any(opener in text for opener in "[{("):
         return text
     literals = _literals(text)
@@ -395,8 +348,7 @@ def unordered(text: str, depth: int = 0) -> str:
         literals[number] = (start, end, opener, items)
         is_set = opener == "{" and not _is_dict(items)
         if (opener in "[(" or is_set) and any("..." in item for item in items):
-            # pytest elided the middle of a long repr: which items show depends on the
-            # order, so the visible part is noise. Same test, same shape: same failure.
+            # pytest elided the middle of a long repr: which items show depends on the order.
             replaced[number] = opener + "..." + _OPENERS[opener]
             continue
         if is_set and items:
@@ -425,18 +377,15 @@ def unordered(text: str, depth: int = 0) -> str:
     return "".join(parts)
 
 
-# Pure, and failures repeat (one broken fixture fails a hundred tests the same way):
-# a bounded memo saves the regex work for every repeat.
+# Failures repeat (one broken fixture fails a hundred tests alike): a bounded memo.
 @functools.lru_cache(maxsize=4096)
 def normalise(text: str) -> str:
-    """``text`` with everything that varies between runs and machines replaced by placeholders
-    (docs/fingerprints.md); idempotent."""
+    """``text`` with what varies between runs and machines replaced by placeholders; idempotent."""
     # str.split() splits on exactly what \s matches, and is much cheaper than a regex.
     return unordered(" ".join(_apply_rules(" ".join(text.split())).split()))
 
 
 def signature_and_hash(failure_type: str, test: str, line: str) -> tuple[str, str]:
-    """The signature and fingerprint (scheme :data:`SCHEME`) of a first stable line."""
     signature = f"{failure_type} | {test} | {normalise(line[:MAX_LINE])[:MAX_NORMALISED]}"
     digest = hashlib.sha256(f"{SCHEME}:{signature}".encode("utf-8", "surrogatepass"))
     return signature, digest.hexdigest()[:HASH_LENGTH]

@@ -1,10 +1,6 @@
-"""Repo-relative target paths from traceback text (pure: no filesystem access).
-
-The plan's ``target_paths`` are the files a failure's traceback points at inside the
-repository (Python tracebacks, pytest's short form, jest/node stacks, go test output):
-where a fix most likely goes. Anything outside the repository or in an installed-packages
-or virtualenv directory is dropped; existence is not checked (the frames describe the run
-that failed).
+"""Repo-relative target paths from traceback text (pure): the files a failure's traceback
+points at inside the repository, where a fix most likely goes; installed packages and
+virtualenvs dropped, existence not checked (the frames describe the run that failed).
 """
 
 from __future__ import annotations
@@ -14,9 +10,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
-# Source-like extensions accepted in the ``path:line`` forms; the explicit Python
-# ``File "..."`` form accepts any file name. The list keeps host:port pairs such as
-# ``db.example.com:5432`` out of the plan.
+# Source-like extensions of the ``path:line`` forms: the list keeps ``host.com:5432`` out of the plan.
 _EXTENSIONS = (
     "py|pyi|pyx|pxd|js|jsx|mjs|cjs|ts|tsx|mts|cts|vue|svelte|go|java|kt|kts|scala|groovy|rb|rs|"
     "c|h|cc|cpp|cxx|hpp|hh|m|mm|cs|fs|php|swift|dart|ex|exs|erl|lua|pl|pm|sh|bash|feature|"
@@ -26,8 +20,7 @@ _EXTENSIONS = (
 _FRAME_RE = re.compile(
     # Python traceback line.
     r'File "(?P<py>[^"\n]+)", line \d+'
-    # Every "path.ext:LINE" form: pytest short tracebacks, jest/node stacks, go output.
-    # It must start at a delimiter so that "xfoo.py:1" inside a word is not cut in two.
+    # Every "path.ext:LINE" form, starting at a delimiter ("xfoo.py:1" is not cut in two).
     r"|(?<![^\s(\"'\[=,;])(?P<loc>(?:[A-Za-z]:)?[^\s:\"'()<>\[\],;]+\.(?:" + _EXTENSIONS + r")):\d+",
 )
 
@@ -54,8 +47,7 @@ def _is_absolute(path: str) -> bool:
 
 
 def repo_relative(path: str, repo_root: str) -> Optional[str]:
-    """``path`` as a repo-relative POSIX path, or None outside ``repo_root`` (installed
-    packages, virtualenvs and caches count as outside)."""
+    """``path`` as a repo-relative POSIX path, or None outside ``repo_root`` or in installed packages."""
     path = _posix(path.strip())
     if not path or path.startswith("<"):  # <string>, <frozen importlib._bootstrap>
         return None
@@ -77,14 +69,12 @@ def repo_relative(path: str, repo_root: str) -> Optional[str]:
 
 
 def frame_paths(text: str) -> Iterator[str]:
-    """Every file reference in ``text`` as written, in order of appearance (with repeats)."""
     for match in _FRAME_RE.finditer(text):
         yield match.group("py") or match.group("loc")
 
 
 def target_paths(text: str, repo_root: str, *, extra: Sequence[str] = (), base: str = "") -> list[str]:
-    """Repo-relative paths of the traceback frames in ``text``, then of ``extra``, each once.
-    ``base``: the directory pytest ran from, which its frames' paths are relative to."""
+    """Repo-relative paths of the frames in ``text`` (relative to ``base``), then of ``extra``, each once."""
     seen: list[str] = []
     frames = [posixpath.join(base, p) if base and not _is_absolute(_posix(p)) else p for p in frame_paths(text)]
     for raw in frames + list(extra):
@@ -98,11 +88,9 @@ _TEST_DIRS = frozenset({"test", "tests", "testing"})
 
 
 def is_test_file(path: str) -> bool:
-    """A test, a conftest or a fixture: ``test_*.py``, ``*_test.py``, ``conftest.py``, or any
-    file below a ``test``/``tests``/``testing`` directory (fixtures and data live there)."""
+    """A test, a conftest or a fixture: any file below a ``test``/``tests``/``testing`` directory too."""
     text = path.replace("\\", "/").strip()
     parts = (posixpath.normpath(text) if text else "").split("/")
     name = parts[-1]
-    if name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
-        return True
-    return any(part in _TEST_DIRS for part in parts[:-1])
+    return (name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+            or any(part in _TEST_DIRS for part in parts[:-1]))

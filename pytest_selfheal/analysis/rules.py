@@ -1,7 +1,5 @@
-"""Classification rules (pure): what a rule is, the one validator of rules from config and
-hooks, and the rules of a run. The matching itself is ``classify.py``'s; the config's
-validation needs only this module (a green ``pytest --selfheal`` run imports no classifier).
-"""
+"""Classification rules (pure): a rule, the one validator of rules from config and hooks, the
+rules of a run; the config's validation needs no classifier."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def compiled(pattern: str) -> Pattern[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One classification rule: if ``pattern`` matches (``re.MULTILINE``), the failure is
-    ``failure_type``; ``None`` flags take the type's defaults (:data:`TYPE_DEFAULTS`)."""
+    """One classification rule: ``pattern`` matched means ``failure_type``; ``None`` flags: the type's defaults."""
 
     name: str
     pattern: str
@@ -61,31 +58,23 @@ class Rule:
     def __post_init__(self) -> None:
         if self.failure_type not in TYPE_DEFAULTS:
             raise ValueError(f"rule {self.name!r}: unknown failure type {self.failure_type!r}")
-        # A frozen dataclass: derived attributes are set through object.__setattr__.
-        object.__setattr__(self, "result", self._classification())
+        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
+        if self.failure_class is not None:
+            failure_class = FailureClass(self.failure_class)
+        elif self.transient:
+            failure_class = models.FAILURE_CLASS_TRANSIENT
+        object.__setattr__(self, "result", models.Classification(  # a frozen dataclass
+            failure_type=self.failure_type,
+            code_fixable=fixable if self.code_fixable is None else self.code_fixable,
+            transient=transient if self.transient is None else self.transient,
+            failure_class=failure_class,
+            rule=self.name,
+        ))
 
     @property
     def regex(self) -> Pattern[str]:
         """The compiled pattern, on first use: most rules never get past their keywords."""
         return compiled(self.pattern)
-
-    def _classification(self) -> models.Classification:
-        fixable, transient, failure_class = TYPE_DEFAULTS[self.failure_type]
-        if self.code_fixable is not None:
-            fixable = self.code_fixable
-        if self.transient is not None:
-            transient = self.transient
-        if self.failure_class is not None:
-            failure_class = FailureClass(self.failure_class)
-        elif self.transient:
-            failure_class = models.FAILURE_CLASS_TRANSIENT
-        return models.Classification(
-            failure_type=self.failure_type,
-            code_fixable=fixable,
-            transient=transient,
-            failure_class=failure_class,
-            rule=self.name,
-        )
 
 
 # Each key of a rule object: its type and what an error says was expected.
@@ -111,16 +100,13 @@ def _valid(key: str, value: Any) -> bool:
     return bool(value) or key != "name"
 
 
-# A pattern is searched in every failure's text: one longer than this, or with more variable
-# repeats than this, costs too much to be worth it.
+# A pattern is searched in every failure's text: one longer or with more variable repeats costs too much.
 MAX_PATTERN_CHARS = 1000
 MAX_PATTERN_REPEATS = 20
 
 
 def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
-    """``(its length, whether it is variable)`` of the quantifier at ``index`` that can match
-    its atom more than once: ``*``, ``+``, ``{m,}`` and ``{m,n}`` with m < n are variable,
-    ``{n}`` with n > 1 is not. ``(0, False)`` for none (``?`` matches at most once)."""
+    """``(length, variable?)`` of the repeating quantifier at ``index``; ``(0, False)`` for none."""
     if index >= len(pattern):
         return 0, False
     if pattern[index] in "*+":
@@ -139,12 +125,7 @@ def _quantifier(pattern: str, index: int) -> tuple[int, bool]:
 
 
 def backtracking_problem(pattern: str) -> Optional[str]:
-    """Why searching ``pattern`` may take exponential (or high polynomial) time, or None: a
-    group repeated more than once that holds a variable repeat or an alternation (``(a+)+``,
-    ``(\\w+\\s?)*``, ``(a|ab)*``, ``(.*a){20}``), more than :data:`MAX_PATTERN_REPEATS`
-    variable repeats, or more than :data:`MAX_PATTERN_CHARS` characters. A static bound on
-    the shape, not a proof: some harmless patterns of that shape are refused too (write
-    ``(?:ab)+`` without the inner repeat)."""
+    """Why searching ``pattern`` may take exponential time, or None (a static bound on its shape)."""
     if len(pattern) > MAX_PATTERN_CHARS:
         return f"longer than {MAX_PATTERN_CHARS} characters"
     groups: list[list[bool]] = [[False, False]]  # per open group: holds a variable repeat, holds an alternation
@@ -186,8 +167,7 @@ def backtracking_problem(pattern: str) -> Optional[str]:
 
 
 def regex_problem(pattern: str) -> Optional[str]:
-    """Why ``pattern`` is not a usable regular expression, or None when it is: it must compile,
-    and its search must have a bounded cost (:func:`backtracking_problem`)."""
+    """Why ``pattern`` is no usable regular expression (it must compile, at a bounded cost), or None."""
     problem = backtracking_problem(pattern)
     if problem is not None:
         return problem
@@ -204,8 +184,7 @@ def regex_problem(pattern: str) -> Optional[str]:
 
 
 def rule_from_mapping(entry: Any, at: str) -> Rule:
-    """The one validator of a classification rule (:data:`RULE_KEYS`), from config or from a
-    hook; ConfigError naming ``at`` and the key."""
+    """The one validator of a classification rule, from config or a hook (ConfigError naming ``at``)."""
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{at}: expected a rule object {{name, pattern, failure_type}}, got {describe_value(entry)}")
     for key in entry:
@@ -225,31 +204,20 @@ def rule_from_mapping(entry: Any, at: str) -> Rule:
         raise ConfigError(
             f"{at}.pattern: expected a valid regular expression, got {describe_value(entry['pattern'])}: {problem}"
         )
-    return Rule(
-        name=entry["name"],
-        pattern=entry["pattern"],
-        failure_type=entry["failure_type"],
-        code_fixable=entry.get("code_fixable"),
-        transient=entry.get("transient"),
-        failure_class=entry.get("failure_class"),
-        keywords=tuple(k.lower() for k in entry.get("keywords", [])),
-    )
+    return Rule(**{**entry, "keywords": tuple(k.lower() for k in entry.get("keywords", []))})
 
 
 def rules_from_config(rules: Any, where: str = "classification.rules") -> list[Rule]:
-    """Validate a list of rules (the config key ``classification.rules``, or hook rules)."""
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: expected a list of rules, got {type(rules).__name__}")
     return [rule_from_mapping(entry, f"{where}[{index}]") for index, entry in enumerate(rules)]
 
 
 def parse_hook_rules(hooked: Sequence[ClassificationRule]) -> list[Rule]:
-    """The rules ``pytest_selfheal_classification_rules`` returned (hook payloads), validated
-    like the config's; parsed once per run, where the hook is called."""
+    """The rules the ``pytest_selfheal_classification_rules`` hooks returned, validated like the config's."""
     return rules_from_config(list(hooked))
 
 
 def rules_for_run(configured: Sequence[Rule], hooked: Sequence[Rule] = ()) -> list[Rule]:
-    """The extra rules of a run, hook-provided first: capture and every verification build
-    them here, so one failure gets one type (and one fingerprint) on every surface."""
+    """The extra rules of a run, hook-provided first: one failure gets one type on every surface."""
     return [*hooked, *configured]

@@ -1,9 +1,6 @@
-"""The test code a failure depends on, and its digests (edge: reads files).
-
-A failing test's file and the conftests above it: when they change, a later pass may be a
-weakened test rather than a fix (``tests_edited``). A doctest collected from a module of the
-code under test is that module's docstrings, so its digest (``doctests:``) covers only them:
-fixing the code there is a code change, editing an example a test edit.
+"""The test code a failure depends on, and its digests (edge): when a failing test's file or
+the conftests above it change, a later pass may be a weakened test (``tests_edited``). A code
+module's digest (``doctests:``) covers only its docstrings: fixing the code is no test edit.
 """
 
 from __future__ import annotations
@@ -28,19 +25,13 @@ def test_code_paths(nodeids: Iterable[str]) -> list[str]:
         test_file = posixpath.normpath(nodeid.split("::", 1)[0]) if nodeid else ""
         if not test_file.endswith(".py") or test_file.startswith(("../", "/")):
             continue
-        paths.add(test_file)
-        folder = posixpath.dirname(test_file)
-        while True:
-            paths.add(posixpath.join(folder, "conftest.py") if folder else "conftest.py")
-            if not folder:
-                break
-            folder = posixpath.dirname(folder)
+        folders = test_file.split("/")[:-1]
+        paths.update([test_file, *(posixpath.join(*folders[:i], "conftest.py") for i in range(len(folders) + 1))])
     return sorted(paths)
 
 
 def _docstrings(source: bytes) -> bytes:
-    """A module's docstrings (where its doctests are), in order; the whole source when it
-    does not parse (then any edit counts)."""
+    """A module's docstrings, in order; the whole source when it does not parse (then any edit counts)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -65,20 +56,16 @@ def _of(data: bytes, doctests: bool) -> str:
 
 
 def is_recorded(data: bytes, recorded: str) -> bool:
-    """Whether ``data`` is the content a recorded digest was taken of."""
     return _of(data, recorded.startswith(DOCTESTS)) == recorded
 
 
 def digests(rootdir: Path, paths: Iterable[str]) -> dict[str, str]:
-    """``{path: digest}``: sha256 of a test file's bytes, of a code module's docstrings
-    (:data:`DOCTESTS`: a doctest's own module); ``missing`` for a file that does not exist
-    (or cannot be read)."""
+    """``{path: digest}`` of a file's bytes or a code module's docstrings; ``missing`` if unreadable."""
     return {path: _digest(rootdir, path, path.endswith(".py") and not is_test_file(path)) for path in paths}
 
 
 def changed(rootdir: Path, recorded: Mapping[str, str]) -> list[str]:
-    """The recorded paths whose content differs now (created, edited or deleted), each
-    compared as it was recorded (a whole file, or a code module's docstrings)."""
+    """The recorded paths whose content differs now, each compared as it was recorded."""
     return [path for path in sorted(recorded)
             if _digest(rootdir, path, recorded[path].startswith(DOCTESTS)) != recorded[path]]
 
@@ -93,8 +80,7 @@ def _section_paths(chunk: str) -> tuple[str, ...]:
 
 
 def patch_sections(patch: str) -> tuple[str, list[str]]:
-    """``(head, sections)``: the text before the first ``diff --git`` line, then one git
-    section per file, in patch order."""
+    """``(head, sections)``: the text before the first ``diff --git`` line, then one section per file."""
     chunks = _SECTION.split(patch)
     if chunks and not chunks[0].startswith("diff --git "):
         return chunks[0], chunks[1:]
@@ -102,15 +88,13 @@ def patch_sections(patch: str) -> tuple[str, list[str]]:
 
 
 def patch_test_files(patch: str) -> list[str]:
-    """The tests, conftests and fixtures a git patch's sections name (either side of a
-    rename), each once, in patch order."""
+    """The tests, conftests and fixtures a git patch names (either side of a rename), each once."""
     _, sections = patch_sections(patch)
     return list(dict.fromkeys(path for chunk in sections for path in _section_paths(chunk) if is_test_file(path)))
 
 
 def tests_first(patch: str) -> str:
-    """The patch with the sections of tests, conftests and fixtures first: a test edit is
-    what a reviewer must see before the fix."""
+    """The patch with the test files' sections first: a reviewer must see a test edit before the fix."""
     head, sections = patch_sections(patch)
     return head + "".join(sorted(sections, key=lambda chunk: not any(map(is_test_file, _section_paths(chunk)))))
 

@@ -21,14 +21,12 @@ _CI_KEYS = (
 )
 
 
-# platform.platform() runs `uname -p` as a subprocess on its first call (CPython caches the
-# answer): probe_platform() starts that call in a thread, run_context() waits for it.
+# platform.platform() runs a subprocess on its first call: probe_platform() starts it in a thread.
 _PLATFORM_PROBE: list[threading.Thread] = []
 
 
 def probe_platform() -> None:
-    """Start reading the platform string in a thread, once per process, so that the
-    capture does not wait for its subprocess (call it when the tests are done)."""
+    """Start reading the platform string in a thread, once per process: the capture need not wait for it."""
     if not _PLATFORM_PROBE:
         thread = threading.Thread(target=platform.platform, name="selfheal-platform", daemon=True)
         _PLATFORM_PROBE.append(thread)
@@ -36,7 +34,6 @@ def probe_platform() -> None:
 
 
 def ci_context(env: Mapping[str, str]) -> dict[str, str]:
-    """The CI variables present in ``env`` (a fixed list, no secrets)."""
     return {key: env[key] for key in _CI_KEYS if key in env}
 
 
@@ -48,8 +45,7 @@ def run_context(
     git: Optional[GitContext],
     redactor: Optional[Redactor] = None,
 ) -> RunContext:
-    """Everything ``context.json`` records about the run, with secrets removed by ``redactor``;
-    ``git`` is :func:`~pytest_selfheal.gitrepo.git_snapshot`'s context (read with the diff hash)."""
+    """Everything ``context.json`` records about the run, redacted; ``git``: the snapshot's context."""
     import pytest
 
     for probe in _PLATFORM_PROBE:

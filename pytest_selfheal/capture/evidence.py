@@ -1,14 +1,5 @@
-"""Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects).
-
-Failures are grouped by the code they point at, not by their message (docs/loop.md "The
-plan"): the **frame**, the innermost traceback frame in a project file that is not a test
-file, and the **calls**, the project definitions the test's code names, looked up in its
-module's globals (a re-export resolves to the module that defines the object; a helper in a
-test file is followed one level down; a fixture value of a project class stands for the
-methods the test names, only when its own code names none). Only files inside the project
-root count. Everything is memoised per code object and per object: the tests of one module
-share the work.
-"""
+"""Root-cause evidence of a failing test, resolved inside the pytest process (edge: live objects):
+its innermost project frame and the project definitions its code names (docs/loop.md "The plan")."""
 
 from __future__ import annotations
 
@@ -30,8 +21,7 @@ Definition = tuple[str, str]
 
 # Called definitions recorded per failing test; more say nothing new and bloat incident.json.
 MAX_CALLS = 12
-# Project frames kept from a traceback's path to its innermost frame: the callers nearest
-# the symptom, where a shared callee (one buggy ``__setitem__`` under five ``popitem``s) shows.
+# Project frames kept on a traceback's path to its innermost frame: where a shared callee shows.
 MAX_STACK = 8
 # Project base classes recorded for a called class (its methods' bugs are its bugs too).
 MAX_BASES = 4
@@ -45,8 +35,15 @@ _CALL_KEYS = ("path", "name")
 _MAX_DECORATOR_LINES = 40
 
 
+def _code_of(obj: Any) -> tuple[Any, Optional[types.CodeType]]:
+    """The function under a decorated, bound or class method, and its code (None: not a function)."""
+    func = inspect.unwrap(obj)
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    return func, code if isinstance(code, types.CodeType) else None
+
+
 def _code_names(code: types.CodeType) -> list[str]:
-    """Global and attribute names ``code`` uses, nested code (lambdas, comprehensions) included."""
     names: list[str] = list(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -55,9 +52,7 @@ def _code_names(code: types.CodeType) -> list[str]:
 
 
 def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> str:
-    """The qualified name of ``code``'s function (``Cache.popitem``), ``frame`` one of its
-    frames. A lambda's or a comprehension's code (``f.<locals>.<genexpr>``) is named after
-    the function it is written in: that is the function a reader fixes."""
+    """The qualified name of ``code``'s function; a lambda or comprehension is named after its function."""
     name = getattr(code, "co_qualname", None)  # Python 3.11+
     if not isinstance(name, str):
         name = _method_name(code, frame) if frame is not None else code.co_name
@@ -67,7 +62,6 @@ def qualname(code: types.CodeType, frame: Optional[types.FrameType] = None) -> s
 
 
 def def_line(code: types.CodeType) -> int:
-    """The line of ``code``'s ``def`` (or ``class``): its first line, after any decorators."""
     first = code.co_firstlineno
     for line in range(first, first + _MAX_DECORATOR_LINES):
         text = linecache.getline(code.co_filename, line).lstrip()
@@ -81,8 +75,7 @@ def def_line(code: types.CodeType) -> int:
 
 
 def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
-    """Before Python 3.11 a code object knows only its bare name: a method's class is the one,
-    along the class of its first argument (``self``, ``cls``), that defines this code."""
+    """Before Python 3.11: a method's class is the one along its first argument's class defining this code."""
     if not code.co_argcount:
         return code.co_name
     first = frame.f_locals.get(code.co_varnames[0])
@@ -96,8 +89,6 @@ def _method_name(code: types.CodeType, frame: types.FrameType) -> str:
 
 
 class Resolver:
-    """Resolves the evidence of failing tests of one session below ``rootdir``."""
-
     def __init__(self, rootdir: str) -> None:
         self.root = os.path.realpath(rootdir)
         self._paths: dict[str, Optional[str]] = {}
@@ -105,10 +96,7 @@ class Resolver:
         self._calls: dict[tuple[types.CodeType, int], list[Definition]] = {}
         self._objects: dict[Definition, Any] = {}  # a definition's object: its def line, its bases
 
-    # ------------------------------------------------------------------ files
-
     def relative(self, filename: str) -> Optional[str]:
-        """``filename`` as a project-relative POSIX path, or None outside the project."""
         if filename in self._paths:
             return self._paths[filename]
         rel = repo_relative(filename, self.root) if filename else None
@@ -117,13 +105,8 @@ class Resolver:
         self._paths[filename] = rel
         return rel
 
-    # ------------------------------------------------------------------ frame
-
     def frames(self, traceback: Iterable[Any]) -> tuple[Optional[CodeRef], list[CodeRef], Optional[CodeRef]]:
-        """The innermost project frame outside the tests, the project frames the traceback
-        (:class:`types.TracebackType` links) passed through on its way there (outermost first,
-        at most :data:`MAX_STACK`, the innermost excluded), and the last line of a test file it
-        passed (``path``, ``line``: the assertion, or the test's call that raised)."""
+        """The innermost project frame outside the tests, the project frames on the way, the last test line."""
         found: list[CodeRef] = []
         in_test: Optional[CodeRef] = None
         for entry in traceback:
@@ -144,10 +127,7 @@ class Resolver:
             stack = [s for s in stack if (s.path, s.name) != (item.path, item.name)] + [item]
         return found[-1], stack[-MAX_STACK:], in_test
 
-    # ------------------------------------------------------------------ calls
-
     def definition(self, obj: Any) -> Optional[Definition]:
-        """Where ``obj`` (a function, method or class) is defined in the project, or None."""
         key = id(obj)
         cached = self._defs.get(key)
         if cached is not None and cached[0] is obj:
@@ -163,10 +143,8 @@ class Resolver:
                 filename = getattr(module, "__file__", None) or ""
                 name = str(getattr(obj, "__qualname__", obj.__name__))
             else:
-                func = inspect.unwrap(obj)
-                func = getattr(func, "__func__", func)  # bound and class methods
-                code = getattr(func, "__code__", None)
-                if not isinstance(code, types.CodeType):
+                func, code = _code_of(obj)
+                if code is None:
                     return None
                 filename, name = code.co_filename, str(getattr(func, "__qualname__", code.co_name))
         except Exception:  # an object with a hostile __getattr__ or unwrap loop says nothing
@@ -178,12 +156,9 @@ class Resolver:
         return rel, name
 
     def calls(self, function: Any, owner: Any = None) -> list[Definition]:
-        """The project definitions (not in test files) that ``function``'s code names.
-        ``owner`` is the test's class: a name it binds (``Cache = cachetools.LRUCache`` in a
-        unittest class, used as ``self.Cache(...)``) counts like a global."""
-        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
-        code = getattr(func, "__code__", None)
-        if not isinstance(code, types.CodeType):
+        """The project definitions ``function``'s code names (and names the test class ``owner`` binds)."""
+        func, code = _code_of(function)
+        if code is None:
             return []
         namespace: dict[str, object] = getattr(func, "__globals__", {})
         if inspect.isclass(owner):
@@ -225,10 +200,10 @@ class Resolver:
                 if where is None or where in found:
                     continue
                 if is_test_file(where[0]):
-                    helper = getattr(inspect.unwrap(candidate), "__code__", None)
-                    if depth > 0 and isinstance(helper, types.CodeType):
-                        globs = getattr(inspect.unwrap(candidate), "__globals__", {})
-                        found.extend(d for d in self._code_calls(helper, globs, depth - 1) if d not in found)
+                    helper, helper_code = _code_of(candidate)
+                    if depth > 0 and helper_code is not None:
+                        globs = getattr(helper, "__globals__", {})
+                        found.extend(d for d in self._code_calls(helper_code, globs, depth - 1) if d not in found)
                     continue
                 found.append(where)
                 if inspect.isclass(candidate):
@@ -237,10 +212,7 @@ class Resolver:
         return found
 
     def _methods(self, cls: type, code: types.CodeType) -> list[Definition]:
-        """The project methods of ``cls`` (its own or inherited) that ``code`` names as
-        attributes (``cache.get(...)`` on a local ``cache = LRUCache(2)``), or reaches
-        through an operator (``cache[k] = v``: ``__setitem__``), and its ``__init__`` (a
-        test names a class to build one), where they are defined."""
+        """The project methods of ``cls`` that ``code`` names or reaches through an operator, and its __init__."""
         found: list[Definition] = []
         for name in [*_code_names(code), *_implied_dunders(code), "__init__"]:  # a class named is built
             attr = inspect.getattr_static(cls, name, None)
@@ -256,11 +228,7 @@ class Resolver:
         return found
 
     def doctest(self, dtest: Any, excinfo: Any) -> Optional[RootCause]:
-        """The ``root_cause`` evidence of a failing doctest (a ``doctest.DocTest``): its
-        calls are the object whose docstring holds it, then what its examples name (looked
-        up in its module, since the doctest's own globals are cleared after it ran); its
-        frame, for an example that raised, is where the exception was raised in the project.
-        So a doctest joins the group of the code failures that share its cause."""
+        """The evidence of a failing doctest, so it joins the code failures that share its cause."""
         try:
             module, owner = _doctest_owner(str(getattr(dtest, "name", "") or ""))
             found: list[Definition] = []
@@ -282,16 +250,9 @@ class Resolver:
             return None
         return _evidence(frame, calls)
 
-    # ------------------------------------------------------------------ both
-
     def fixture_calls(self, function: Any, funcargs: Mapping[str, object]) -> list[Definition]:
-        """The project definitions the test reaches through its fixture values: for an
-        argument holding an instance of a project class, the methods of that class the
-        test's code names (``cart.total()`` → ``Cart.total``), else the class; for an
-        argument holding a project function or class, that object."""
-        func = getattr(inspect.unwrap(function), "__func__", None) or inspect.unwrap(function)
-        code = getattr(func, "__code__", None)
-        if not isinstance(code, types.CodeType) or not funcargs:
+        _, code = _code_of(function)
+        if code is None or not funcargs:
             return []
         names = _code_names(code)
         found: list[Definition] = []
@@ -314,8 +275,7 @@ class Resolver:
         return found
 
     def where(self, definition: Definition) -> CodeRef:
-        """A called definition as evidence: ``path``, ``name``, the line of its ``def`` (a
-        function) or its project base classes as ``path::name`` (a class)."""
+        """A called definition as evidence: the line of a function's ``def``, a class's project bases."""
         path, name = definition
         obj = self._objects.get(definition)
         if obj is None:
@@ -324,8 +284,8 @@ class Resolver:
             bases = [self.definition(b) for b in obj.__mro__[1:]]
             named = tuple(f"{b[0]}::{b[1]}" for b in bases if b is not None and not is_test_file(b[0]))
             return CodeRef(path, name, bases=named[:MAX_BASES], keys=_CALL_KEYS + (("bases",) if named else ()))
-        code = getattr(getattr(inspect.unwrap(obj), "__func__", inspect.unwrap(obj)), "__code__", None)
-        if isinstance(code, types.CodeType):
+        _, code = _code_of(obj)
+        if code is not None:
             return CodeRef(path, name, def_line(code), keys=_FRAME_KEYS)
         return CodeRef(path, name, keys=_CALL_KEYS)
 
@@ -333,11 +293,7 @@ class Resolver:
         self, function: Any, traceback: Sequence[Any], funcargs: Optional[Mapping[str, object]] = None,
         owner: Any = None, error: Optional[BaseException] = None,
     ) -> Optional[RootCause]:
-        """The ``root_cause`` evidence of one failing test (docs/store.md), or None when
-        neither a frame nor a call points into the project. ``funcargs`` are the test's
-        fixture values: their project classes count as calls when the test's own code
-        names no project definition. ``error`` is the exception: unless an assertion's, its
-        type is recorded, and where it was raised when that is outside the project."""
+        """The ``root_cause`` evidence of one failing test, or None when nothing points into the project."""
         try:
             frame, stack, in_test = self.frames(traceback)
             called = self.calls(function, owner) if function is not None else []
@@ -353,8 +309,7 @@ class Resolver:
         return found
 
     def raised(self, traceback: Sequence[Any]) -> Optional[CodeRef]:
-        """The traceback's innermost frame when it is outside the project (a library, the
-        standard library): its file relative to the import root it was found under."""
+        """The traceback's innermost frame when outside the project, relative to its import root."""
         last = traceback[-1] if traceback else None
         if not isinstance(last, types.TracebackType) or self.relative(last.tb_frame.f_code.co_filename) is not None:
             return None
@@ -374,8 +329,6 @@ def exception_name(error: BaseException) -> str:
 
 def _evidence(frame: Optional[CodeRef], calls: Sequence[CodeRef], stack: Sequence[CodeRef] = (),
               test_line: Optional[CodeRef] = None) -> Optional[RootCause]:
-    """The ``root_cause`` record of a frame, the traceback's path, the test's own line and
-    the calls, or None when neither a frame nor a call points anywhere."""
     if frame is None and not calls:
         return None
     return RootCause(frame=frame, stack=tuple(stack), test_line=test_line, calls=tuple(calls))
@@ -393,8 +346,7 @@ _DUNDER_BUILTINS = {"len": "__len__", "iter": "__iter__", "repr": "__repr__", "s
 
 
 def _implied_dunders(code: types.CodeType) -> list[str]:
-    """The special methods ``code`` (nested code included) may call through an operator or
-    a builtin: ``c[k] = v`` → ``__setitem__``, ``len(c)`` → ``__len__``."""
+    """The special methods ``code`` may call through an operator or a builtin (``len(c)``: ``__len__``)."""
     found = [_DUNDER_BUILTINS[n] for n in code.co_names if n in _DUNDER_BUILTINS]
     # Each instruction is two bytes, its opcode first: read without building an Instruction each.
     found.extend(_DUNDER_OPS[op] for op in code.co_code[::2] if op in _DUNDER_OPS)
@@ -413,8 +365,6 @@ def _links(tb: Any) -> list[Any]:
 
 
 def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
-    """The imported module of a doctest named ``name`` (``pkg.mod.Class.method``) and the
-    object whose docstring holds it (the module itself for a module docstring)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
@@ -427,8 +377,7 @@ def _doctest_owner(name: str) -> tuple[Optional[types.ModuleType], Any]:
 
 
 def traceback_of(excinfo: Any) -> list[Any]:
-    """The raw traceback links of a pytest ``ExceptionInfo`` (its ``tb`` chain: cheaper than
-    pytest's ``traceback`` wrapper objects, and unfiltered)."""
+    """The raw traceback links of a pytest ``ExceptionInfo`` (cheaper than its wrappers, unfiltered)."""
     tb = getattr(excinfo, "tb", None)
     if not isinstance(tb, types.TracebackType):
         tb = getattr(getattr(excinfo, "value", None), "__traceback__", None)

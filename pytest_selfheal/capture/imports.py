@@ -1,9 +1,5 @@
-"""Repo-local modules a test file imports (edge: reads the test file).
-
-A wrong return value leaves no frame of the code under test in the traceback, so when a
-failure has no root-cause evidence (capture/evidence.py) the plan's target paths (and a
-repair provider's scope) take the repo modules the failing test file imports, and behind
-a package's ``__init__.py`` the sibling modules it re-exports from.
+"""Repo-local modules a test file imports (edge): a wrong return value leaves no frame of the
+code under test in the traceback, so the plan's target paths take these instead.
 """
 
 from __future__ import annotations
@@ -20,9 +16,7 @@ _BLOCK = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _statements(tree: ast.AST) -> Iterator[ast.stmt]:
-    """The statements of ``tree`` in ``ast.walk``'s order, nested ones included: an import is
-    a statement, so this finds what ``ast.walk`` would without visiting every expression (a
-    capture may read a package ``__init__.py`` of thousands of lines)."""
+    """The statements of ``tree`` in ``ast.walk``'s order, without visiting every expression."""
     todo: deque[ast.AST] = deque([tree])
     while todo:
         node = todo.popleft()
@@ -55,9 +49,7 @@ def _parse(path: Path, root: Path) -> ast.AST | None:
 
 
 def _reexported(init: Path, root: Path) -> list[Path]:
-    """The sibling modules a package ``__init__.py`` imports relatively (``from .core import *``):
-    where what it re-exports is defined. Read once per version of the file: the test files of
-    a capture often import the same package."""
+    """The sibling modules a package ``__init__.py`` imports relatively, read once per file version."""
     try:
         stat = init.stat()
     except OSError:
@@ -79,8 +71,7 @@ def _reexported_by_version(init: Path, root: Path, mtime_ns: int, size: int) -> 
 
 
 def local_imports(test_file: str, rootdir: Path) -> list[str]:
-    """Repo-relative POSIX paths of modules imported by ``test_file`` that exist under ``rootdir``;
-    a package's ``__init__.py`` is followed by the sibling modules it re-exports from."""
+    """Repo-relative paths of the repo modules ``test_file`` imports, and behind a package, its re-exports."""
     root = rootdir.resolve()
     path = (root / test_file).resolve()
     tree = _parse(path, root)

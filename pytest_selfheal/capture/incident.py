@@ -19,7 +19,6 @@ Reports = Sequence[tuple[str, Any]]
 def attach_nodeids(
     failures: Sequence[Failure], reports: Reports, prefix: str = ""
 ) -> list[Failure]:
-    """Give each failure the node id of the pytest report it came from (matched by junit identity)."""
     by_identity = nodeid_by_identity([nodeid for nodeid, _ in reports], prefix)
     when = {nodeid: report.when for nodeid, report in reports}
     out = []
@@ -38,23 +37,13 @@ def build_incident(
     rootdir: str,
     run_id: Optional[str] = None,
 ) -> Incident:
-    """The incident the capture records, without the fields the store fills in (its id,
-    status and times: ``Store.create_incident``).
-
-    The first failure (in run order) gives ``step``, ``message``, ``failure_class`` and
-    ``error_signature``; every failure is kept in ``failures`` with its fingerprint.
-    """
-    if not failures:
-        raise ValueError("an incident needs at least one failure")
+    """The incident the capture records (the store fills in its id, status and times); the first failure leads."""
     first = failures[0]
     collection = any(nodeid == first.nodeid and report.when == "collect" for nodeid, report in reports)
     return Incident(
+        **{name: getattr(first, name) for name in ("failure_class", "failure_type", "message", "fingerprint")},
         step=STEP_COLLECTION if collection else first.nodeid or first.test,
-        failure_class=first.failure_class,
-        failure_type=first.failure_type,
-        message=first.message,
         error_signature=first.signature,
-        fingerprint=first.fingerprint,
         fingerprints=tuple(sorted({f.fingerprint for f in failures})),
         nodeids=tuple(f.nodeid or f.test for f in failures),
         failures=tuple(failures),

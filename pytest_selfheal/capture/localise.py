@@ -1,8 +1,6 @@
-"""The loop's localisation run (edge): before the first iteration of an incident captured
-without ``--selfheal-spectrum``, the loop re-runs the failing tests' files with
-:envvar:`SELFHEAL_LOCALISE` naming a file. Passive like every verification run, it records
-what each test ran and writes, on the controller, each failing test's spectrum evidence and
-every function's score there as JSON (docs/loop.md "Suspects").
+"""The loop's localisation run (edge): the failing tests' files re-run with
+:envvar:`SELFHEAL_LOCALISE` naming the file the controller writes the spectrum evidence and
+scores to (docs/loop.md "Suspects").
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ _NAME = "selfheal-localise"
 
 
 class LocaliseHook:
-    """Writes the run's spectrum evidence to ``path`` when the session ends."""
-
     def __init__(self, spectrum: SpectrumHook, path: str) -> None:
         self.spectrum = spectrum
         self.path = path

@@ -1,8 +1,6 @@
-"""The capture's pytest options that change behaviour, to replay in every verification run
-(docs/loop.md "Verification fidelity"): selection, output, parallelism and debugging options
-and the plugin's own flags are dropped; ``--doctest-modules`` and ``--doctest-glob`` are kept
-(without them a doctest's node id names nothing).
-"""
+"""The capture's pytest options that change behaviour, replayed in every verification run
+(docs/loop.md "Verification fidelity"); selection, output, parallelism, debugging and the
+plugin's own options are dropped."""
 
 from __future__ import annotations
 
@@ -39,9 +37,7 @@ def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
 
 
 def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
-    """The tokens of ``args`` (pytest's command line) to replay, in order, each option with
-    its value. Unknown options (not registered by pytest, a plugin or a conftest) and
-    positional arguments are dropped."""
+    """The options of ``args`` to replay, in order, with their values; unknown ones and positionals dropped."""
     kept: list[str] = []
     index = 0
     while index < len(args):
@@ -78,8 +74,7 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
 
 
 def option_lookup(config: Any) -> Optional[OptionLookup]:
-    """The lookup over ``config``'s option parser (every option pytest, its plugins and the
-    conftests registered), or None when this pytest does not expose it."""
+    """The lookup over ``config``'s option parser, or None when this pytest does not expose it."""
     parser = getattr(getattr(config, "_parser", None), "optparser", None)
     actions = getattr(parser, "_option_string_actions", None)
     if not isinstance(actions, dict):
@@ -95,7 +90,6 @@ def option_lookup(config: Any) -> Optional[OptionLookup]:
 
 
 def capture_options(config: Any) -> tuple[list[str], Optional[str]]:
-    """``(options to replay, warning)`` of this pytest run."""
     lookup = option_lookup(config)
     if lookup is None:
         return [], "this pytest does not expose its option parser: the run's options are not replayed"

@@ -1,8 +1,5 @@
-"""Capture a failing pytest run as an incident with its plan (edge: files, git, pytest config).
-
-junit (the user's ``--junitxml`` or our own document of the failing reports) → fingerprinted,
-classified failures → ``error_inbox/<id>/`` (five contract files) → ``error_plans/<id>/``.
-"""
+"""Capture a failing pytest run as an incident with its plan (edge): junit → fingerprinted,
+classified failures → ``error_inbox/<id>/`` → ``error_plans/<id>/``."""
 
 from __future__ import annotations
 
@@ -31,27 +28,25 @@ from pytest_selfheal.junit.writer import failure_text, junit_case
 from pytest_selfheal.names import INBOX_DIR
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.records.context import GitContext, RunContext
+from pytest_selfheal.records.context import GitContext
 from pytest_selfheal.records.incident import Failure, Incident, RootCause, Triage
 from pytest_selfheal.records.models import TestCaseResult
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import FailureClass, TriageLabel
-from pytest_selfheal.redact import Redactor, redact_cases
+from pytest_selfheal.redact import redact_cases
 from pytest_selfheal.store.events import FAILURE_CLASSIFIED, format_ts, pending
 from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.ids import new_run_id
-from pytest_selfheal.store.root import Published, Store
+from pytest_selfheal.store.root import Store
 
 if TYPE_CHECKING:
     import pytest
 
 
-
 @dataclass
 class CaptureResult:
-    """What a capture produced: the incident id, the incident and its plan as the store
-    wrote them (the input of the run's report), and the lines for the terminal summary."""
+    """The incident id, the incident and plan as written (the report's input), the summary lines."""
 
     incident_id: str
     incident: Incident
@@ -60,7 +55,6 @@ class CaptureResult:
 
 
 def log_tail(reports: Reports, max_lines: int) -> str:
-    """The last ``max_lines`` lines of the failure output, one headed block per failure."""
     lines: list[str] = []
     for nodeid, report in reports:
         lines.append(f"{'_' * 20} {nodeid} ({report.when}) {'_' * 20}")
@@ -83,10 +77,7 @@ def invocation_dir(config: pytest.Config) -> str:
 def with_target_paths(
     failures: Sequence[Failure], reports: Reports, evidence: Mapping[str, RootCause], rootdir: Path, base: str = ""
 ) -> list[Failure]:
-    """Attach the repo files named in each failure's traceback, its test file and the repo modules it
-    imports (none that git ignores), and its root-cause evidence (capture/evidence.py; by node id
-    as written). ``base``: the invocation directory relative to ``rootdir`` (the traceback's
-    relative paths start there)."""
+    """Attach the repo files each failure's traceback, test file and imports name, and its evidence."""
     text_by_nodeid: dict[str, str] = {}
     for nodeid, report in reports:
         text_by_nodeid[nodeid] = text_by_nodeid.get(nodeid, "") + failure_text(report) + "\n"
@@ -114,28 +105,10 @@ def with_target_paths(
 _CLASSIFIED_KEYS = ("nodeid", "fingerprint", "signature", "failure_type", "code_fixable", "transient", "failure_class")
 
 
-def store_incident(
-    store: Store,
-    incident: Incident,
-    *,
-    log_tail_text: str,
-    context: RunContext,
-    failures: Sequence[Failure],
-    published: Optional[Published] = None,
-) -> str:
-    """Write the incident, its classification events and its plan; the incident appears ``planned``.
-    ``published``: receives the incident and plan records as written (``Store.create_incident``)."""
-    classified = [pending(FAILURE_CLASSIFIED, {key: getattr(failure, key) for key in _CLASSIFIED_KEYS})
-                  for failure in failures]
-    def plan(written: Incident) -> tuple[Plan, str]:
-        # From the incident as the store publishes it: no re-read of incident.json.
-        built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
-        return built, render_plan_md(built)
-
-    # One step: the classification events, the plan and the move to `planned` are all in
-    # place when the incident appears (no append, status move or plan write of their own).
-    return store.create_incident(incident, log_tail=log_tail_text, context=context, events=classified, plan=plan,
-                                 published=published)
+def _plan(written: Incident) -> tuple[Plan, str]:
+    # From the incident as the store publishes it: no re-read of incident.json.
+    built = build_plan(written, generated_at=format_ts(), source=project_source(written.rootdir))
+    return built, render_plan_md(built)
 
 
 def analyse_run(
@@ -145,15 +118,9 @@ def analyse_run(
     reports: Reports,
     evidence: Mapping[str, RootCause],
     warnings: list[str],
-    redactor: Redactor,
     user_junit: bool = True,
 ) -> list[Failure]:
-    """Fingerprinted, classified, redacted failures of this run's failing reports (their node
-    ids already redacted, as written), with target paths and ``evidence`` (by node id as
-    written), from their junit testcases: the user's ``--junitxml`` read like any other
-    runner's (``user_junit``; not for failed runs that passed on re-run, which it holds as
-    passing tests), or each report's own. Secrets are redacted from the junit text before
-    fingerprinting: a signature on disk never holds one and its hash is that of what is written."""
+    """The run's failures from its junit testcases (the user's ``--junitxml`` or each report's), redacted first."""
     xmlpath = getattr(config.option, "xmlpath", None) if user_junit else None
     prefix = _junit_prefix(config)
     read: Iterable[TestCaseResult]
@@ -163,14 +130,12 @@ def analyse_run(
         read = [junit_case(report, nodeid, prefix) for nodeid, report in reports]
     rules = rules_for_run(effective.settings.classification_rules,
                           parse_hook_rules(hooks.classification_rules(config.pluginmanager)))
-    failures = failures_from_cases(redact_cases(read, redactor), extra_rules=rules, warnings=warnings)
+    failures = failures_from_cases(redact_cases(read, effective.redactor), extra_rules=rules, warnings=warnings)
     known = {nodeid for nodeid, _ in reports}
     failures = attach_nodeids(failures, reports, prefix)
     # A user's --junitxml holds the whole run; keep what this run's reports say failed.
     failures = [f for f in failures if f.nodeid in known] or failures
     return with_target_paths(failures, reports, evidence, Path(config.rootpath), invocation_dir(config))
-
-
 
 
 def capture_incident(
@@ -185,27 +150,18 @@ def capture_incident(
     pytest_options: Sequence[str] = (),
     warnings: Optional[list[str]] = None,
     ci_run: Optional[str] = None,
-    redactor: Optional[Redactor] = None,
     git: Optional[PendingSnapshot] = None,
     unverified: int = 0,
     seal: Optional[Seal] = None,
     passed_on_rerun: Sequence[Failure] = (),
     reruns: Mapping[str, int] = MappingProxyType({}),
 ) -> CaptureResult:
-    """Capture this run's failures (from :func:`analyse_run`) as a new incident under
-    ``reports_root`` (node ids redacted, as written). ``ci_run``: the token of the ``selfheal ci``
-    that started this pytest (ci loops only what its own run captured). ``git``: the snapshot
-    the caller started early. ``unverified``: failing tests over the junit reader's cap (the
-    incident can then never end in ``success``). ``passed_on_rerun``: failed runs of tests that
-    passed on a re-run, recorded beside the failures, never in the selection; ``reruns``: how
-    often each failing test was re-run.
-    """
+    """Capture this run's failures as a new incident (``unverified``: failing tests over the reader's cap)."""
     rootdir = Path(config.rootpath)
-    redactor = redactor or effective.redactor
+    redactor = effective.redactor
     run_id = new_run_id()
     incident = build_incident(failures, reports, counts=counts, rootdir=str(rootdir), run_id=run_id)
-    # One git pass for context.json, the diff hash and the history. The capture is the loop's
-    # first sighting: its diff hash lets iteration 1 see a code change.
+    # One git pass for context.json, the diff hash (iteration 1 sees a code change) and the history.
     snapshot = git.result() if git is not None else git_snapshot(rootdir, exclude=[reports_root])
     # The failure history: record this run, and triage each failure against the base branch.
     history = _record_history(effective, reports_root, rootdir, run_id, counts, failures, passed_on_rerun, warnings,
@@ -228,8 +184,11 @@ def capture_incident(
     context = run_context(rootdir, list(config.invocation_params.args), git=snapshot.context, redactor=redactor)
     tail = redactor.redact(log_tail(reports, effective.settings.log_tail_lines))
     written: list[tuple[Incident, Optional[Plan]]] = []
-    incident_id = store_incident(Store(reports_root, redactor=redactor), incident, log_tail_text=tail, context=context,
-                                 failures=failures, published=lambda doc, plan: written.append((doc, plan)))
+    classified = [pending(FAILURE_CLASSIFIED, {key: getattr(f, key) for key in _CLASSIFIED_KEYS}) for f in failures]
+    # One step: the events, the plan and the move to `planned` are in place when the incident appears.
+    incident_id = Store(reports_root, redactor=redactor).create_incident(
+        incident, log_tail=tail, context=context, events=classified, plan=_plan,
+        published=lambda doc, plan: written.append((doc, plan)))
     where = reports_root / INBOX_DIR / incident_id
     if where.is_relative_to(config.invocation_params.dir):
         where = where.relative_to(config.invocation_params.dir)
@@ -249,8 +208,6 @@ def capture_incident(
 
 def failure_lines(failures: Sequence[Failure], triage: Mapping[str, Triage],
                   reruns: Mapping[str, int] = MappingProxyType({})) -> list[str]:
-    """A line per failure (the first ten): fingerprint, type, triage, node id, and how often
-    a re-run plugin ran it again."""
     lines = []
     for failure in failures[:10]:
         nodeid = failure.nodeid or failure.test
@@ -266,9 +223,7 @@ def record_passed_on_rerun(
     *, config: pytest.Config, effective: EffectiveConfig, passed_on_rerun: Sequence[Failure],
     counts: Mapping[str, int], reports_root: Path, warnings: Optional[list[str]] = None, run_id: Optional[str] = None,
 ) -> list[str]:
-    """Record a run that captured nothing but had tests pass on a re-run (a green run, or
-    one whose failures an open incident took): one history run of its own holding them as
-    ``passed_on_rerun`` (``capture:<run_id>``, a new id by default); the terminal lines that say so."""
+    """Record tests that passed on a re-run as a history run of their own; the lines that say so."""
     history = _record_history(effective, reports_root, Path(config.rootpath), run_id or new_run_id(), counts, (),
                               passed_on_rerun, warnings)
     recorded = effective.settings.history.enabled and history.unavailable is None
@@ -281,7 +236,6 @@ def _record_history(
     failures: Sequence[Failure], passed_on_rerun: Sequence[Failure], warnings: Optional[list[str]],
     git: Optional[GitContext] = None,
 ) -> HistoryResult:
-    """Record this capture's run in the failure history and triage its failures against the base branch."""
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"), git=git),
@@ -294,8 +248,7 @@ def _record_history(
 
 
 def _triaged_entries(entries: Sequence[Failure], triage: Mapping[str, Triage]) -> tuple[Failure, ...]:
-    """The entries with their triage; one the history calls flaky is classed transient (not
-    deterministic), so its class, its triage and `selfheal flaky` say the same."""
+    """The entries with their triage; one the history calls flaky is classed transient."""
     out = []
     for entry in entries:
         found = triage.get(str(entry.nodeid or entry.test))

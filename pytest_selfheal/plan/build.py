@@ -1,11 +1,8 @@
 """The remediation plan: ``plan.json`` from an incident, and its revisions (pure).
 
-One action per root cause (:mod:`pytest_selfheal.plan.groups`): failures whose evidence
-points at the same function are one action whatever their messages; failures without
-evidence fall back to their failure type and normalised message. A command selects every
-failing node id; node ids are quoted with :func:`shlex.quote` so that the loop, which splits
-a command with :func:`shlex.split` and runs it without a shell (:func:`verification_argv`),
-gets them back whole. The rules are in docs/loop.md "The plan".
+One action per root cause (:mod:`pytest_selfheal.plan.groups`). A command selects every
+failing node id, quoted with :func:`shlex.quote`: the loop splits it with :func:`shlex.split`
+and runs it without a shell. The rules are in docs/loop.md "The plan".
 """
 
 from __future__ import annotations
@@ -65,7 +62,6 @@ _TYPE_INFO: dict[str, tuple[str, str, str]] = {
 
 STEP_COLLECTION = "collection"  # the step of an incident whose first failure is a collection error
 
-# plan.md stays readable and small at any failure count (docs/loop.md "The plan").
 # A command selecting more node ids than this is shown with its first few, then "… N more".
 _SHOWN_NODEIDS = 10
 _SHOWN_HEAD = 3
@@ -96,27 +92,18 @@ def _failures(incident: Incident) -> tuple[Failure, ...]:
     )
 
 
-def _failure_type(failure: Failure) -> str:
-    return failure.failure_type or UNKNOWN
-
-
 # An xdist worker's own error (its collection differed) is reported under the worker's name.
 _XDIST_WORKER = re.compile(r"gw\d+")
 
 
 def _selection(failure: Failure) -> Optional[str]:
-    """The pytest selection of a failure: its node id, else its junit test identity; none for
-    an error an xdist worker reports under its own name (``gw1``: not a test to re-run)."""
+    """A failure's node id or junit identity; none for an xdist worker's own error (``gw1``)."""
     selection = failure.nodeid or failure.test or None
     return None if selection is not None and _XDIST_WORKER.fullmatch(selection) else selection
 
 
 def normalised_message(failure: Failure) -> str:
-    """The failure's signature without the test part: ``<normalised message>``.
-
-    Signatures read ``<type> | <test> | <normalised message>``. The known test
-    identity is cut out exactly, so a ``|`` inside the message or the test id is safe.
-    """
+    """The message part of a ``<type> | <test> | <message>`` signature, the known test cut out exactly."""
     signature, test = failure.signature, failure.test
     head = f"{failure.failure_type} | {test} | "
     if test and signature.startswith(head):
@@ -132,29 +119,21 @@ def _short_hash(text: str) -> str:
 
 
 def group_failures(failures: Sequence[Failure]) -> list[Group]:
-    """Root-cause groups (plan/groups.py): by frame, else by called definition, else by the
-    failure type and normalised message; merged where their top suspect is one function, the
-    largest first (plan/suspects.py)."""
     return [r.group for r in rank_failures(failures)]
 
 
 def rank_failures(failures: Sequence[Failure]) -> list[RankedGroup]:
-    """The root-cause groups of ``failures`` with their ranked suspects, the largest first."""
-    return rank_groups(group_by_root_cause(failures, lambda f: (_failure_type(f), normalised_message(f))))
+    return rank_groups(group_by_root_cause(failures, lambda f: (f.failure_type or UNKNOWN, normalised_message(f))))
 
 
 def pytest_command(nodeids: Sequence[str], *, python: str = "python") -> str:
-    """``python -m pytest -q <nodeid>...`` with every argument shell-quoted.
-
-    A redacted node id cannot be selected: its nearest selectable parent runs instead
-    (``redact.runnable_nodeid``; one with nothing selectable left is dropped).
-    """
+    """``python -m pytest -q <nodeid>...`` shell-quoted (none: ``--collect-only``, a collection error)."""
     runnable: list[str] = []
     for nodeid in nodeids:
         parent = runnable_nodeid(nodeid)
         if parent is not None and (parent == nodeid or parent not in runnable):
             runnable.append(parent)
-    argv = [python, "-m", "pytest", "-q", *runnable]
+    argv = [python, "-m", "pytest", "-q", *(runnable if nodeids else ["--collect-only"])]
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
@@ -170,20 +149,16 @@ def _priority(members: Sequence[Failure]) -> str:
 
 
 def shorten(text: str, limit: int = 80) -> str:
-    """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with ``…``."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _collect_only(python: str) -> str:
-    # A collection error without a node id: re-running collection is the verification.
-    return " ".join(shlex.quote(arg) for arg in (python, "-m", "pytest", "-q", "--collect-only"))
 
 
 # The keys of a built action, hypothesis and plan, in the order plan.json has always had them.
 _ACTION_KEYS = ("id", "title", "priority", "risk", "target_paths", "test_paths", "verification", "fingerprint",
                 "fingerprints", "signature", "failure_type", "nodeids", "root_cause")
 _HYPOTHESIS_KEYS = ("id", "confidence", "reason", "actions", "failure_type")
+# What an action takes from its located top suspect (plan/suspects.py).
+_LOCATED_FIELDS = ("where", "assertion", "suspects", "excerpt", "also_where", "also_excerpt")
 _PLAN_KEYS = ("incident_id", "generated_at", "revision", "summary", "root_cause_hypotheses", "actions",
               "verification_commands", "done_criteria")
 
@@ -192,7 +167,7 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
     group = ranked.group
     members = group.members
     first = members[0]
-    failure_type = _failure_type(first)
+    failure_type = first.failure_type or UNKNOWN
     message = normalised_message(first)
     nodeids = unique([s for s in (_selection(m) for m in members) if s is not None])
     tests = unique([f for f in (selection_file(n) for n in nodeids) if f is not None])
@@ -222,27 +197,20 @@ def _action(index: int, ranked: RankedGroup, python: str, source: Optional[Sourc
         risk="low" if len(targets) <= 2 else "medium",  # a fix confined to the test and one module
         target_paths=tuple(targets),
         test_paths=tuple(tests),
-        verification=(pytest_command(nodeids, python=python) if nodeids else _collect_only(python),),
+        verification=(pytest_command(nodeids, python=python),),
         fingerprint=_short_hash(signature),
         fingerprints=tuple(unique([m.fingerprint for m in members if m.fingerprint])),
         signature=signature,
         failure_type=failure_type,
         nodeids=tuple(nodeids),
         root_cause=group.key(),
-        where=located.where,
-        assertion=located.assertion,
-        suspects=located.suspects,
-        excerpt=located.excerpt,
-        also_where=located.also_where,
-        also_excerpt=located.also_excerpt,
+        **{name: getattr(located, name) for name in _LOCATED_FIELDS},
         keys=_ACTION_KEYS + located.action_keys(),
     )
 
 
 def _raised(failure: Failure) -> Optional[tuple[str, str]]:
-    """The title's verb and place for a failure that raised an exception (not an assertion's):
-    ``Fix the TypeError`` and ``raised in json/decoder.py:355 (JSONDecoder.raw_decode) from
-    parse in mod.py`` (a library's frame, then the project's that called it)."""
+    """The title's verb and place for a failure that raised an exception (not an assertion's)."""
     evidence = failure.root_cause
     if evidence is None or not evidence.exception:
         return None
@@ -281,13 +249,7 @@ def _hypotheses(actions: Sequence[PlanAction], groups: Sequence[Group]) -> tuple
 
 
 def build_plan(incident: Incident, *, generated_at: str, python: str = "python", source: Optional[Source] = None) -> Plan:
-    """The plan (``plan.json``) for ``incident``, revision 1.
-
-    ``generated_at`` is passed in (ISO-8601 UTC) so the function stays pure. ``python`` is
-    the interpreter written at the head of the verification commands. ``source`` reads a
-    project file's lines (None: unreadable) for the code excerpt around each action's top
-    suspect; without it the plan has no excerpts.
-    """
+    """The plan for ``incident``, revision 1; ``source`` reads project files for the code excerpts."""
     incident_id = incident.incident_id
     if not incident_id:
         raise InputError("incident.json: 'incident_id' must be a non-empty string")
@@ -313,18 +275,14 @@ def build_plan(incident: Incident, *, generated_at: str, python: str = "python",
         summary=summary,
         root_cause_hypotheses=_hypotheses(actions, groups),
         actions=actions,
-        verification_commands=(
-            pytest_command(all_nodeids, python=python) if all_nodeids else _collect_only(python),
-        ),
+        verification_commands=(pytest_command(all_nodeids, python=python),),
         done_criteria=DONE_CRITERIA,
         keys=_PLAN_KEYS,
     )
 
 
 def readable_command(command: str) -> str:
-    """``command`` as people read it (plan.md, the loop's progress lines, attempts, prompts):
-    past :data:`_SHOWN_NODEIDS` node ids, the first few, then ``… N more node ids``. Only
-    what is shown: the plan holds every node id and every one of them runs."""
+    """``command`` as people read it: the first few node ids of many, then ``… N more node ids``."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -345,11 +303,7 @@ def readable_command(command: str) -> str:
 
 
 def verification_argv(plan: Plan) -> list[list[str]]:
-    """The plan's ``verification_commands`` as argv lists (``shlex.split``, never a shell).
-
-    Raises :class:`~pytest_selfheal.errors.InputError` for a hand-edited plan whose
-    commands are empty or unbalanced in their quoting (reading the plan checked the types).
-    """
+    """The verification commands as argv lists; InputError for an empty or unbalanced one."""
     argvs: list[list[str]] = []
     for i, command in enumerate(plan.verification_commands):
         try:
@@ -367,8 +321,6 @@ def plan_revision(plan: Plan) -> int:
     return plan.revision if plan.revision is not None and plan.revision >= 1 else 1
 
 
-# --------------------------------------------------------------------------- replan
-
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
@@ -380,13 +332,7 @@ def _attempt_fingerprints(attempt: Attempt) -> list[str]:
 
 
 def replan(plan: Plan, attempts: Sequence[Attempt], *, generated_at: Optional[str] = None) -> Plan:
-    """A new revision of ``plan`` after ``replan_requested``: what was tried is written in.
-
-    ``attempts`` are the attempts of the run that asked for the replan. The summary gains
-    a note of the iterations and fingerprints seen, the old hypotheses lose one confidence
-    level (they did not pan out), a new hypothesis says the cause may lie outside the
-    plan's target paths, and ``revision`` is bumped. Every other key of the plan stays in place.
-    """
+    """A new revision of ``plan`` after ``replan_requested``: what was tried is written in, confidence lowered."""
     revision = plan_revision(plan)
     fingerprints = tuple(unique([fp for a in attempts for fp in _attempt_fingerprints(a)]))
     iterations = len(attempts)

@@ -1,15 +1,11 @@
-"""Failures grouped by root cause (pure; docs/loop.md "The plan").
-
-One plan action per root cause, not per message. A failure's evidence (``root_cause`` in
-``incident.json``) decides its group: the innermost project frame outside the tests; else
-the project definitions the test calls (joining a frame group of the same function, or the
-definition the most failing tests call); else its failure type and normalised message.
-"""
+"""Failures grouped by root cause, not by message (pure; docs/loop.md "The plan"): by frame,
+else by called definition, else by failure type and normalised message."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from pytest_selfheal.analysis.frames import is_test_file, repo_relative
@@ -23,8 +19,6 @@ Definition = tuple[str, str]  # (repo-relative path, qualified name)
 
 @dataclass(frozen=True)
 class Group:
-    """One root cause: how it was found, where it points, and the failures it explains."""
-
     evidence: EvidenceKind  # frame, calls or fingerprint (or the top suspect's kind once ranked)
     path: Optional[str]  # the defining file (None for a fingerprint group)
     name: Optional[str]  # the function or class (None for a fingerprint group)
@@ -42,12 +36,10 @@ def _ref(ref: Optional[CodeRef]) -> Optional[Definition]:
 
 
 def frame_of(failure: Failure) -> Optional[Definition]:
-    """The failure's innermost project frame outside the tests, from its ``root_cause``."""
     return _ref(failure.root_cause.frame) if failure.root_cause is not None else None
 
 
 def calls_of(failure: Failure) -> list[Definition]:
-    """The project definitions the failing test calls, from its ``root_cause``."""
     out: list[Definition] = []
     for item in failure.root_cause.calls if failure.root_cause is not None else ():
         ref = _ref(item)
@@ -64,47 +56,24 @@ def _explains(frame: Definition, call: Definition) -> bool:
 def group_by_root_cause(
     failures: Sequence[Failure], fingerprint_key: Callable[[Failure], Hashable]
 ) -> list[Group]:
-    """The failures in root-cause groups, in order of each group's first failure;
-    ``fingerprint_key`` groups the failures without evidence."""
-    groups: dict[tuple[Hashable, ...], Group] = {}
-    assigned: list[tuple[Hashable, ...]] = []
-    frames: dict[Definition, tuple[Hashable, ...]] = {}
-    frame_sizes: dict[tuple[Hashable, ...], int] = {}
-    for failure in failures:
-        frame = frame_of(failure)
-        if frame is not None:
-            key: tuple[Hashable, ...] = (EvidenceKind.FRAME, *frame)
-            frames.setdefault(frame, key)
-            frame_sizes[key] = frame_sizes.get(key, 0) + 1
-            groups.setdefault(key, Group(EvidenceKind.FRAME, frame[0], frame[1]))
+    """The failures in root-cause groups, in order of first failure; ``fingerprint_key`` for the rest."""
+    frames = [frame_of(f) for f in failures]
+    calls = [calls_of(f) for f in failures]
+    sizes = Counter(frame for frame in frames if frame is not None)
     # How many failing tests (without a frame) call each definition: the most shared is the suspect.
-    shared: dict[Definition, int] = {}
-    for failure in failures:
-        if frame_of(failure) is None:
-            for call in calls_of(failure):
-                shared[call] = shared.get(call, 0) + 1
-    for failure in failures:
-        frame = frame_of(failure)
-        calls = calls_of(failure)
-        if frame is not None:
-            key = frames[frame]
-        elif calls and any(_explains(f, c) for f in frames for c in calls):
-            # The same function failed with an exception elsewhere: the largest such group.
-            matching = [frames[f] for f in frames if any(_explains(f, c) for c in calls)]
-            key = max(matching, key=lambda k: frame_sizes[k])
-        elif calls:
-            best = max(calls, key=lambda c: (shared.get(c, 0), -calls.index(c)))
-            key = (EvidenceKind.CALLS, *best)
-            groups.setdefault(key, Group(EvidenceKind.CALLS, best[0], best[1]))
+    shared = Counter(call for frame, called in zip(frames, calls) if frame is None for call in called)
+    groups: dict[tuple[Group, Hashable], list[Failure]] = {}
+    for failure, frame, called in zip(failures, frames, calls):
+        # The same function failed with an exception elsewhere: the largest such group.
+        explained = [f for f in sizes if any(_explains(f, c) for c in called)] if frame is None else []
+        if frame is not None or explained:
+            head = Group(EvidenceKind.FRAME, *(frame or max(explained, key=sizes.__getitem__)))
+        elif called:
+            head = Group(EvidenceKind.CALLS, *max(called, key=lambda c: (shared[c], -called.index(c))))
         else:
-            key = (EvidenceKind.FINGERPRINT, fingerprint_key(failure))
-            groups.setdefault(key, Group(EvidenceKind.FINGERPRINT, None, None))
-        assigned.append(key)
-    members: dict[tuple[Hashable, ...], list[Failure]] = {}
-    for failure, key in zip(failures, assigned):
-        members.setdefault(key, []).append(failure)
-    # In order of each group's first failure, not of its first frame.
-    return [Group(groups[key].evidence, groups[key].path, groups[key].name, tuple(members[key])) for key in members]
+            head = Group(EvidenceKind.FINGERPRINT, None, None)
+        groups.setdefault((head, fingerprint_key(failure) if head.path is None else None), []).append(failure)
+    return [replace(head, members=tuple(members)) for (head, _), members in groups.items()]
 
 
 def selection_file(selection: str) -> Optional[str]:
@@ -117,8 +86,7 @@ def selection_file(selection: str) -> Optional[str]:
 
 
 def evidence_paths(group: Group) -> list[str]:
-    """The source files the group's evidence points at: its own definition first, then the
-    other frames and called definitions of its failures (never a test file)."""
+    """The source files the group's evidence points at, its own definition first (never a test file)."""
     paths: list[str] = [group.path] if group.path else []
     for member in group.members:
         for ref in [frame_of(member), *calls_of(member)]:
@@ -128,9 +96,7 @@ def evidence_paths(group: Group) -> list[str]:
 
 
 def selected_by(nodeid: str, words: Collection[str]) -> bool:
-    """True when a command's ``words`` select ``nodeid``: the node id itself, its runnable
-    parent when it was redacted (records/redacted.py), or its test file (a command written
-    by hand, or by a version of selfheal that shortened long selections to their files)."""
+    """True when ``words`` select ``nodeid``: itself, its runnable parent, or its test file."""
     if nodeid in words or runnable_nodeid(nodeid) in words:
         return True
     path = selection_file(nodeid)

@@ -1,9 +1,4 @@
-"""``plan.md``: the plan as a person reads it, bounded at any size (pure).
-
-``plan.json`` holds the whole plan; this rendering lists a few paths per table cell, cuts a
-long verification command and stops listing actions before :data:`MAX_PLAN_MD_BYTES`.
-The rules are in docs/loop.md "The plan".
-"""
+"""``plan.md``: the plan as a person reads it, bounded at any size (pure; docs/loop.md "The plan")."""
 
 from __future__ import annotations
 
@@ -45,21 +40,15 @@ def _where_md(action: PlanAction) -> list[str]:
 
 
 def _listed(items: Sequence[str], limit: int) -> list[str]:
-    """At most ``limit`` items of a list, then "… N more"."""
-    values = list(items)
-    if len(values) <= limit:
-        return values
-    return values[:limit] + [f"… {len(values) - limit} more"]
+    return list(items[:limit]) + ([f"… {len(items) - limit} more"] if len(items) > limit else [])
 
 
 def _size(lines: list[str]) -> int:
-    """The bytes ``lines`` take in plan.md, a newline after each."""
     return sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines)
 
 
 def render_plan_md(plan: Plan) -> str:
-    """``plan.md``, bounded at any size (:data:`MAX_PLAN_MD_BYTES`): actions that do not fit are
-    counted, not shown (plan.json holds them all)."""
+    """``plan.md``: actions past :data:`MAX_PLAN_MD_BYTES` counted, not shown (plan.json holds all)."""
     lines: list[str] = [f"# Remediation plan: {plan.incident_id}", ""]
     meta = f"Generated {plan.generated_at}"
     revision = plan_revision(plan)
@@ -84,14 +73,11 @@ def render_plan_md(plan: Plan) -> str:
             tail.append(f"- Revision {entry.revision}: {entry.iterations} iteration(s), fingerprints seen: {fps}")
     budget = MAX_PLAN_MD_BYTES - _size(tail) - 200  # 200: the "… N more actions" lines
     lines += ["", "## Actions", ""]
-    lines += [
-        "| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
-        "|----|----------|------|-------|--------------|------------|-------|",
-    ]
+    lines += ["| ID | Priority | Risk | Title | Target paths | Test paths | Tests |",
+              "|----|----------|------|-------|--------------|------------|-------|"]
     size = _size(lines)  # kept running, not recounted from the top for each block
 
     def within(block: list[str], always: bool = False) -> bool:
-        """Append ``block`` when the plan stays under the budget with it (or ``always``)."""
         nonlocal size
         if size + _size(block) > budget and not always:
             return False
@@ -101,18 +87,9 @@ def render_plan_md(plan: Plan) -> str:
 
     shown = 0
     for action in actions[:_MD_MAX_ROWS]:
-        row = "| " + " | ".join(
-            _cell(v)
-            for v in (
-                action.id,
-                action.priority,
-                action.risk,
-                action.title,
-                _listed(action.target_paths, 5),
-                _listed(action.test_paths, 5),
-                _listed(action.nodeids, 3),
-            )
-        ) + " |"
+        row = "| " + " | ".join(_cell(v) for v in (
+            action.id, action.priority, action.risk, action.title, _listed(action.target_paths, 5),
+            _listed(action.test_paths, 5), _listed(action.nodeids, 3))) + " |"
         if not within([row]):
             break
         shown += 1

@@ -1,12 +1,9 @@
 """The recording side of ``pytest --selfheal`` (edge), registered only when it is on.
 
-During the run it keeps counters and pytest's failing reports, nothing more. pytest marks
-every module of a plugin's distribution for assertion rewriting, so where bytecode is not
-written each module a run imports is compiled again: a green run imports no module of the
-package but the plugin, this one, :mod:`pytest_selfheal.names` and the hookspecs
-(tests/test_entry_point.py). What only some runs need loads when they have it: the config
-(:mod:`.run_config`), the root-cause resolver at a failure, the incidents on disk and the
-loop (:mod:`.loop_side`), and the session end (:mod:`.finish`).
+During the run it keeps counters and pytest's failing reports, nothing more. pytest rewrites
+every module of a plugin's distribution, so a green run imports only the plugin, this module,
+:mod:`pytest_selfheal.names` and the hookspecs (tests/test_entry_point.py); the config, the
+resolver, the loop side and the session end load when a run needs them.
 """
 
 from __future__ import annotations
@@ -54,13 +51,11 @@ _SPECTRUM_NAME = "selfheal-spectrum"
 _READ_FILES_NAME = "selfheal-read-files"
 # The outcome pytest-rerunfailures gives the report of a failed run it runs again.
 RERUN_OUTCOME: str = "rerun"
-# The report attribute carrying a failure's root-cause evidence: its JSON (RootCause.to_json),
-# so that xdist serialises it from the worker to the controller with the rest of the report.
+# The report attribute carrying a failure's root-cause evidence as JSON, which xdist serialises.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
 def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
-    """Read the config if there is one (refusing to run on a bad one) and register the
-    recorder on the controller."""
+    """Read the config if there is one (refusing a bad one) and register the recorder on the controller."""
     effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
     spectrum: Optional[SpectrumHook] = None
@@ -83,27 +78,22 @@ def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
 
 
 def flag_or_ini(config: pytest.Config, name: str) -> bool:
-    """Whether the ``--selfheal-*`` flag ``name`` is on, else its ini option when the flag is not given."""
     flag = config.getoption(name)
     return bool(flag) if flag is not None else bool(config.getini(name))
 
 
 def has_config(config: pytest.Config) -> bool:
-    """Whether this run has a config to read: a ``--selfheal-*`` flag that sets a key, a
-    ``selfheal_*`` ini option, or a config file (global or project). Without one the
-    effective config is the defaults, and the run reads no file to know it."""
+    """Whether this run has a config to read (a flag, an ini option or a config file)."""
     if any(config.getoption(dest) is not None for dest in FLAG_KEYS) or config.getoption("selfheal_set"):
         return True
     if any(config.getini(name) not in (None, "", []) for name in INI_KEYS):
         return True
     global_path = global_config_path(os.environ)
-    paths = [*project_config_paths(config.rootpath), *([global_path] if global_path is not None else [])]
     # No home for the global file: reading the config says so.
-    return global_path is None or any(os.path.lexists(path) for path in paths)
+    return global_path is None or any(os.path.lexists(p) for p in [*project_config_paths(config.rootpath), global_path])
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (recorder/run_config.py)."""
     # Imported here: a green run without a config to read (has_config) never loads the config.
     from pytest_selfheal.recorder import run_config
 
@@ -111,13 +101,7 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
 
 
 class RootCauseHook:
-    """Resolves the root-cause evidence of each failing test while its objects are alive
-    (capture/evidence.py), keyed by node id; the first failing phase wins.
-
-    ``pytest_exception_interact`` runs only for a failing phase (not for a pass, a skip or
-    an xfail), so a passing test pays nothing. It runs after the report was logged, which
-    is why the recorder reads :attr:`evidence` at session end.
-    """
+    """Resolves each failing test's evidence while its objects are alive (only a failing phase pays)."""
 
     def __init__(self, rootdir: str) -> None:
         self.rootdir = rootdir
@@ -125,13 +109,10 @@ class RootCauseHook:
         self.evidence: dict[str, RootCause] = {}
 
     def resolve(self, item: Any, excinfo: Any) -> Optional[RootCause]:
-        """The evidence of ``item``'s failure (``excinfo`` a pytest ``ExceptionInfo``)."""
         # Imported here: only a failing test is read for evidence.
         from pytest_selfheal.capture import evidence
 
-        if self.resolver is None:
-            self.resolver = evidence.Resolver(self.rootdir)
-        resolver: Resolver = self.resolver
+        resolver = self.resolver = self.resolver or evidence.Resolver(self.rootdir)
         dtest = getattr(item, "dtest", None)  # a DoctestItem: no test function to read
         if dtest is not None:
             return resolver.doctest(dtest, excinfo)
@@ -151,9 +132,7 @@ class RootCauseHook:
 
 
 class WorkerRootCauseHook(RootCauseHook):
-    """The same in an xdist worker: the evidence must ride on the report itself (its
-    JSON, serialised with it to the controller), so it is resolved when the report is made.
-    Only workers pay for this wrapper (a generator per test phase)."""
+    """The same in an xdist worker: the evidence rides on the report, resolved when it is made."""
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
@@ -167,14 +146,12 @@ class WorkerRootCauseHook(RootCauseHook):
                 setattr(report, ROOT_CAUSE_ATTR, evidence.to_json())
 
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        """Nothing: the wrapper above has resolved it."""
+        """Nothing: the wrapper above resolved it."""
 
 
-# The files the tests open (the seal's test data, config/seal.py): one audit hook per process,
-# installed with the first session that records (a hook cannot be removed), adding to the
-# innermost session recording (pytester runs sessions inside a session). A copy of this
-# module imported again (pytester drops the modules a run imported) finds that hook's stack
-# through an audit event of its own rather than installing a second hook.
+# The files the tests open (the seal's test data): one audit hook per process (a hook cannot be
+# removed), adding to the innermost session recording (pytester nests sessions). A copy of this
+# module imported again finds that hook's stack through an audit event of its own.
 _OPENING: list[set[tuple[Any, Any, Any]]] = []
 _PROBE = "pytest_selfheal.read_files"
 _OPENED_KEY = "selfheal_read_files"  # an xdist worker's read files, in its workeroutput
@@ -182,18 +159,16 @@ _WRITES = frozenset("wax+")
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open":
-        if _OPENING:
-            try:
-                _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
-            except Exception:  # a file descriptor, or a path object that cannot be hashed
-                pass
+    if event == "open" and _OPENING:
+        try:
+            _OPENING[-1].add((os.path.abspath(args[0]), args[1], args[2]))
+        except Exception:  # a file descriptor, or a path object that cannot be hashed
+            pass
     elif event == _PROBE:
         args[0].append(_OPENING)
 
 
 def _opening() -> list[set[tuple[Any, Any, Any]]]:
-    """The stack of the sessions recording, the hook's (installed here if none is)."""
     found: list[list[set[tuple[Any, Any, Any]]]] = []
     sys.audit(_PROBE, found)
     if found:
@@ -203,8 +178,7 @@ def _opening() -> list[set[tuple[Any, Any, Any]]]:
 
 
 class ReadFiles:
-    """The files under the rootdir this session's tests opened for reading and never for
-    writing, on a worker sent to the controller (xdist's ``workeroutput``)."""
+    """The files under the rootdir this session's tests opened for reading only (a worker's sent on)."""
 
     def __init__(self, rootdir: Path) -> None:
         self.prefix = os.path.join(rootdir, "")
@@ -230,7 +204,6 @@ class ReadFiles:
         self.from_workers.update(getattr(node, "workeroutput", {}).get(_OPENED_KEY, ()))
 
     def files(self) -> list[str]:
-        """The absolute paths, sorted."""
         read: set[str] = set()
         written: set[str] = set()
         for path, mode, flags in self.opened:
@@ -240,8 +213,7 @@ class ReadFiles:
         return sorted((read | self.from_workers) - written)
 
 
-# The colour of a summary line of each tone (records/vocab.py: a Tone is its string value;
-# pytest drops it under --color=no).
+# The colour of a summary line of each tone (a Tone is its string value).
 _MARKUP: dict[str, dict[str, bool]] = {
     "good": {"green": True},
     "bad": {"red": True, "bold": True},
@@ -255,8 +227,6 @@ _OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
 class Recorder:
-    """Collects failing reports during the run; at session end records agent attempts and captures."""
-
     def __init__(self, config: pytest.Config, effective: Optional[EffectiveConfig], evidence: dict[str, RootCause],
                  spectrum: Optional[SpectrumHook], ci_run: Optional[str], read_files: ReadFiles) -> None:
         self.config = config
@@ -264,15 +234,12 @@ class Recorder:
         self.evidence = evidence  # node id -> root cause (RootCauseHook)
         self.spectrum = spectrum  # --selfheal-spectrum: what each test ran
         self._effective = effective  # None: no config to read, the defaults (built when first asked for)
-        # pytest's failing reports (test and collection reports: ``when`` is their phase), kept as
-        # they are; the session end reads them once (recorder/finish.py).
+        # pytest's failing test and collection reports, kept as they are for the session end.
         self.failed: list[Any] = []
-        # Failed runs a re-run plugin ran again (outcome ``rerun``; one per attempt), and the tests whose
-        # current attempt was re-run: a green run without a re-run only tests one empty set.
+        # Failed runs a re-run plugin ran again (one per attempt), and the tests whose current attempt was re-run.
         self.reruns: list[Any] = []
         self.rerun_attempt: set[str] = set()
-        # Failing reports seen at their failure and not logged (yet), with what they say: see
-        # pytest_exception_interact.
+        # Failing reports seen at their failure and not logged (yet): see pytest_exception_interact.
         self.unlogged: dict[str, list[Any]] = {}
         self.tests = 0
         self.skipped = 0
@@ -282,10 +249,8 @@ class Recorder:
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
-        # `selfheal ci`'s run token: taken out of the environment before any test runs, so the
-        # tests and the processes they start do not see it (it marks what this run captures).
+        # `selfheal ci`'s run token, taken out of the environment before any test can see it.
         self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
-        self._redactor: Optional[Redactor] = None
         self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # A run that may be an incident's verdict compiles afresh (LoopSide.fresh_pycache).
@@ -297,8 +262,7 @@ class Recorder:
         # Only then is a report's id redacted to be looked up (one redact per report).
         self.watched_redacted = bool(self.watched) and self.loop_side().any_redacted(self.watched)
         self.outcomes: dict[str, str] = {}
-        # Every test that passed or skipped: a stopped incident continued after a code change
-        # (loop/sticky.py) learns its tests' outcomes from them; failures are in self.failed.
+        # Every test that passed or skipped: a stopped incident continued after a code change learns from them.
         self.passed: set[str] = set()
         self.skipped_ids: set[str] = set()
         self.gone: set[str] = set()  # open incidents' tests this run should have run and did not (has_work)
@@ -312,13 +276,11 @@ class Recorder:
             shutil.rmtree(self._pycache[1], ignore_errors=True)
 
     def test_data_read(self) -> list[str]:
-        """The files under the rootdir this run's tests read (the seal's test data), selfheal's
-        own (the reports root, the project config) left out."""
+        """The files under the rootdir this run's tests read, selfheal's own left out."""
         own = tuple(os.path.join(p, "") for p in (self.reports_root, Path(self.config.rootpath, PROJECT_DIR)))
         return [f for f in self.read_files.files() if not f.startswith(own)]
 
     def loop_side(self) -> LoopSide:
-        """The incidents on disk and the loop (recorder/loop_side.py), loaded on first use."""
         if self._loop_side is None:
             # Imported here: only a run with an incident on disk, or --selfheal-loop, loads the loop.
             from pytest_selfheal.recorder.loop_side import LoopSide
@@ -328,8 +290,7 @@ class Recorder:
 
     def _open_incidents(self) -> list[OpenIncident]:
         try:
-            # Only an incident folder in the inbox can be open. Once every incident is closed
-            # or archived, a run (a green one too) must not load the loop side to find none.
+            # Only an incident folder in the inbox can be open: without one, the loop side is not loaded.
             if not any(name.startswith(INCIDENT_PREFIX) for name in os.listdir(self.reports_root / INBOX_DIR)):
                 return []
         except (FileNotFoundError, NotADirectoryError):
@@ -337,26 +298,21 @@ class Recorder:
         except OSError:
             pass  # unreadable: reading the incidents says why (below)
         if self.ci_run:
-            # Under `selfheal ci` no open incident on disk was captured by this run (one pytest
-            # session): adopting one would let an incident committed to the repository choose
-            # what runs under the job's token. The failures are captured as ci's own incident.
+            # Under `selfheal ci`, adopting an open incident would let one committed to the
+            # repository choose what runs under the job's token: ci captures its own.
             return []
         return self.loop_side().open_incidents()
 
     @property
     def effective(self) -> EffectiveConfig:
-        """This run's effective config: read at the start, or the defaults (:func:`has_config`)."""
+        """This run's effective config: read at the start, or the defaults."""
         if self._effective is None:
             self._effective = load_effective_config(self.config)
         return self._effective
 
     @property
     def redactor(self) -> Redactor:
-        """This run's redactor (its settings), made on first use: a green run never needs one."""
-        if self._redactor is None:
-            self._redactor = self.effective.redactor
-        redactor: Redactor = self._redactor
-        return redactor
+        return self.effective.redactor
 
     def _record(self, report: Any) -> None:
         if self.unlogged:
@@ -364,16 +320,14 @@ class Recorder:
         self.failed.append(report)
 
     def _logged(self, report: Any) -> None:
-        """A failing report logged after it was seen at its failure: not a hidden run."""
         pending = self.unlogged.get(report.nodeid)
         if pending:
             pending[:] = [seen for seen in pending if seen is not report]
 
     @pytest.hookimpl
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        # Called at a failure only (a passing test pays nothing), after its report is logged;
-        # pytest-rerunfailures calls it before, and flaky never logs the failed runs it
-        # re-runs: a failure not logged by the session end is such a hidden run.
+        # Called at a failure only, after its report is logged; pytest-rerunfailures calls it before,
+        # and flaky never logs the runs it re-runs: a failure unlogged at the session end is hidden.
         last = self.failed[-1] if self.failed else None
         if not isinstance(report, pytest.TestReport) or not report.failed or (
                 last is not None and last.nodeid == report.nodeid and last.when == report.when):
@@ -381,8 +335,7 @@ class Recorder:
         self.unlogged.setdefault(report.nodeid, []).append(report)
 
     def _rerun(self, report: pytest.TestReport) -> None:
-        """A failed run that a re-run plugin runs again (pytest-rerunfailures reports it with
-        the outcome ``rerun``): kept, and its attempt not counted as a test of its own."""
+        """A failed run a re-run plugin runs again: kept, its attempt not counted as a test."""
         nodeid = report.nodeid
         if self.unlogged:
             self._logged(report)
@@ -392,15 +345,13 @@ class Recorder:
             self.reruns.append(report)
 
     def _take_hidden(self) -> None:
-        """The failed runs flaky re-ran and never logged, as re-runs; an attempt whose setup
-        was logged (it failed in its call) is not counted as a test of its own."""
+        """The failed runs flaky re-ran and never logged, as re-runs (not counted as tests)."""
         for hidden in self.unlogged.values():
             self.reruns += hidden
             self.tests -= sum(1 for failed in hidden if failed.when == "call")
         self.unlogged.clear()
 
     def passed_on_rerun(self) -> list[str]:
-        """The tests that failed, were re-run and passed in the end (in the order re-run)."""
         if not self.reruns:
             return []
         failing = {f.nodeid for f in self.failed}
@@ -443,8 +394,7 @@ class Recorder:
                 self.outcomes[nodeid] = outcome
 
     def _watched_id(self, nodeid: str) -> Optional[str]:
-        """The id an open incident knows ``nodeid`` by, if it watches it: itself, or (an id
-        holding a secret) its redacted form, as stored (docs/redaction.md)."""
+        """The id an open incident knows ``nodeid`` by (redacted, as stored), if it watches it."""
         if nodeid in self.watched:
             return nodeid
         if self.watched_redacted:
@@ -465,9 +415,7 @@ class Recorder:
         return False
 
     def has_work(self, session: pytest.Session, exitstatus: int) -> bool:
-        """Whether the session end has anything to record: a failure, a test an open incident
-        verifies (run, or gone), or a passed test a stopped incident may hold (a stop sticks:
-        loop/sticky.py), also one whose records are gone (store/judging.py). Sets :attr:`gone`."""
+        """Whether the session end has anything to record (sets :attr:`gone`)."""
         self.cut_short = bool(self.config.option.collectonly or session.shouldfail or session.shouldstop
                               or exitstatus == pytest.ExitCode.INTERRUPTED)
         # Open incidents' tests this run should have run and did not (LoopSide.gone).
@@ -482,10 +430,6 @@ class Recorder:
         """Cheap look: are not-a-fix stops kept for this project outside it (store/judging.py)?"""
         path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
         return path is not None and path.is_file()
-
-    def outcomes_incidents(self) -> set[str]:
-        """Open incidents this run recorded an attempt for."""
-        return {i.incident_id for i in self.open_incidents if any(n in self.outcomes for n in i.selection)}
 
     def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
         verbosity = int(self.config.get_verbosity())

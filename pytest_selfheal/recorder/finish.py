@@ -1,7 +1,5 @@
-"""The end of a ``pytest --selfheal`` session that has something to record (edge): the next
-iteration of an open incident (agent mode) or a new incident, the loop when asked, the report.
-Loaded on the controller only when a test failed or an open incident's test ran.
-"""
+"""The end of a ``pytest --selfheal`` session that has something to record (edge): an open
+incident's next iteration or a new incident, the loop when asked, the report."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from pytest_selfheal.capture.context import probe_platform
 from pytest_selfheal.capture.incident import Reports
 from pytest_selfheal.capture.options import capture_options
 from pytest_selfheal.capture.run import analyse_run, capture_incident, record_passed_on_rerun
-from pytest_selfheal.config.seal import Loaded, loaded_now, take_seal
+from pytest_selfheal.config.seal import loaded_now, take_seal
 from pytest_selfheal.config.settings import judging_values
 from pytest_selfheal.errors import InputError, SelfhealError
 from pytest_selfheal.gitrepo import PendingSnapshot
@@ -30,6 +28,7 @@ from pytest_selfheal.records.redacted import bounded_nodeid
 from pytest_selfheal.records.seal import Seal
 from pytest_selfheal.records.vocab import DETAIL, ESSENTIAL, SUMMARY, Line, Tone
 from pytest_selfheal.report.data import IncidentRun, build_report
+from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
@@ -38,11 +37,7 @@ from pytest_selfheal.store.root import project_store
 
 
 def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[tuple[str, Any]]:
-    """pytest's failing reports the run kept (or ``kept``), each with its node id as every
-    document holds it: cut as the junit reader cuts it and redacted (a parametrize id can
-    carry a secret) here, once for every document this run writes; the failing tests marked
-    ``tdd`` noted on the recorder. Of several failing reports of one phase (a test's failing
-    subtests) the first speaks, as in pytest's junit, which a verification reads."""
+    """pytest's failing reports with their node ids cut and redacted once for every document; the first of a phase."""
     redactor = recorder.redactor
     reports: list[tuple[str, Any]] = []
     phases: set[tuple[str, object]] = set()
@@ -59,9 +54,7 @@ def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> 
 
 
 def root_causes(reports: Reports, resolved: Mapping[str, RootCause]) -> dict[str, RootCause]:
-    """Each failing test's root-cause evidence by its node id as written, the first failing
-    phase's (call before teardown): an xdist worker's rides on its report as JSON
-    (recorder.ROOT_CAUSE_ATTR), else it was ``resolved`` in this process (by pytest's node id)."""
+    """Each failing test's evidence by node id as written: an xdist worker's rides on its report."""
     evidence: dict[str, RootCause] = {}
     for nodeid, report in reports:
         found = _carried(getattr(report, ROOT_CAUSE_ATTR, None)) or resolved.get(report.nodeid)
@@ -71,8 +64,7 @@ def root_causes(reports: Reports, resolved: Mapping[str, RootCause]) -> dict[str
 
 
 def _carried(payload: object) -> Optional[RootCause]:
-    """The evidence an xdist worker's report carries (its JSON) as a record; evidence that
-    does not parse is dropped, as unknown evidence is (it only groups failures)."""
+    """The evidence an xdist worker's report carries, or None when it does not parse (it only groups failures)."""
     if not payload or not isinstance(payload, Mapping):
         return None
     try:
@@ -82,9 +74,7 @@ def _carried(payload: object) -> Optional[RootCause]:
 
 
 def finish_session(recorder: Recorder, exitstatus: int) -> None:
-    """Record what the run found: agent attempts, a stopped incident's next iteration or a new
-    incident (with the loop when asked), then the report; the lines go to ``recorder.lines``.
-    An error is one line there: the plugin never changes pytest's outcome."""
+    """Record what the run found, then the report, in ``recorder.lines``; an error is one line there."""
     try:
         _finish(recorder, exitstatus)
     except SelfhealError as exc:
@@ -103,8 +93,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     warnings: list[str] = []
     git: Optional[PendingSnapshot] = None
     if reports and not recorder.open_incidents:
-        # Every failure will be captured: the capture's git and platform reads (subprocesses)
-        # run while the failures are analysed.
+        # Every failure will be captured: its git and platform subprocesses run during the analysis.
         git = PendingSnapshot(Path(recorder.config.rootpath), exclude=[recorder.reports_root])
         probe_platform()
     evidence = root_causes(reports, recorder.evidence)
@@ -115,7 +104,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         if reports and not ranked.top:
             warnings.append(f"--selfheal-spectrum recorded no spectrum: {recorder.spectrum.why_empty()}")
     failures = analyse_run(config=recorder.config, effective=recorder.effective, reports=reports, evidence=evidence,
-                           warnings=warnings, redactor=recorder.redactor)
+                           warnings=warnings)
     passed_on_rerun = _passed_on_rerun(recorder, warnings)
     covered: set[str] = set()
     still_open: list[str] = []
@@ -158,7 +147,6 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             pytest_options=options,
             warnings=warnings,
             ci_run=recorder.ci_run,
-            redactor=recorder.redactor,
             git=git,
             unverified=max(0, unverified),
             seal=run_seal(recorder, [p for f in remaining for p in f.target_paths]),
@@ -187,8 +175,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
 
 
 def forgotten_stop_lines(project_root: Path, reports_root: Path) -> list[str]:
-    """A green run over a not-a-fix stop whose incident's records are gone: that stop again,
-    never a pass (store/judging.py)."""
+    """A green run over a not-a-fix stop whose records are gone: that stop again, never a pass."""
     return [line for stop in judging.forgotten_stops(project_root, reports_root) for line in (
         Line(judging.forgotten_line(stop), Tone.BAD),
         f"selfheal: incident {stop.incident_id} stopped {stop.stop_reason} ({stop.detail}); {judging.RECORDS_GONE}: "
@@ -196,8 +183,7 @@ def forgotten_stop_lines(project_root: Path, reports_root: Path) -> list[str]:
 
 
 def _passed_on_rerun(recorder: Recorder, warnings: list[str]) -> list[Failure]:
-    """The tests that passed on a re-run, fingerprinted and classified from their first
-    failed run as any failure is (the one path: our junit document, the junit reader)."""
+    """The tests that passed on a re-run, analysed from their first failed run as any failure is."""
     nodeids = set(recorder.passed_on_rerun())
     if not nodeids:
         return []
@@ -207,41 +193,31 @@ def _passed_on_rerun(recorder: Recorder, warnings: list[str]) -> list[Failure]:
             first.setdefault(failed.nodeid, failed)
     reports = failed_reports(recorder, list(first.values()))
     return analyse_run(config=recorder.config, effective=recorder.effective, reports=reports,
-                       evidence=root_causes(reports, {}), warnings=warnings, redactor=recorder.redactor,
-                       user_junit=False)
-
-
-def loaded_of(recorder: Recorder) -> Loaded:
-    """What this run loaded and read (the seal's modules and test data)."""
-    return loaded_now(recorder.config.pluginmanager.get_plugins(), recorder.test_data_read())
+                       evidence=root_causes(reports, {}), warnings=warnings, user_junit=False)
 
 
 def run_seal(recorder: Recorder, code: Sequence[str] = ()) -> Seal:
-    """The seal of this run (config/seal.py), taken only when it captures: the test modules it
-    collected (every test it reported is in one), its inifile, what it loaded, the judging keys.
-    ``code``: modules to check for test-aware code beside those this process imported."""
+    """This run's seal (taken when it captures); ``code``: more modules to check for test-aware code."""
     config = recorder.config
     root = Path(config.rootpath)
     reported = itertools.chain(recorder.passed, recorder.skipped_ids, (f.nodeid for f in recorder.failed))
-    inipath = config.inipath
-    inifile = None
-    if inipath is not None:
-        inifile = Path(inipath).relative_to(root).as_posix() if Path(inipath).is_relative_to(root) else str(inipath)
+    ini = config.inipath
+    inifile = None if ini is None else Path(ini).relative_to(root).as_posix() if ini.is_relative_to(root) else str(ini)
     return take_seal(root, test_files={n.split("::", 1)[0] for n in reported}, inifile=inifile,
                      judging=judging_values(recorder.effective), extra_code=code,
-                     loaded=loaded_of(recorder))
+                     loaded=loaded_now(config.pluginmanager.get_plugins(), recorder.test_data_read()))
 
 
 def _write_report(recorder: Recorder) -> None:
     """The compact report in the terminal; the full markdown to report_path when set."""
-    ids = [i for i in [recorder.incident_id] if i] + [
-        i.incident_id for i in recorder.open_incidents if i.incident_id in recorder.outcomes_incidents()
-    ]
+    ids = [i for i in [recorder.incident_id] if i] + [  # and the open incidents this run was an attempt of
+        i.incident_id for i in recorder.open_incidents if any(n in recorder.outcomes for n in i.selection)]
     if not ids:
         return
     captured = recorder.captured
     report = build_report(
-        incidents=[captured if captured is not None and i == recorder.incident_id else recorder.loop_side().incident_run(i)
+        incidents=[captured if captured is not None and i == recorder.incident_id
+                   else load_incident_run(recorder.loop_side().store(), i)
                    for i in dict.fromkeys(ids)],
         effective_config=recorder.effective.values,
         origins=recorder.effective.origins,
@@ -249,8 +225,7 @@ def _write_report(recorder: Recorder) -> None:
     )
     for line in render_terminal(report):
         if recorder.ci_run and line.startswith("  next:"):
-            # `selfheal ci` started this run and loops what it captured right after it: no
-            # command for the reader to type.
+            # `selfheal ci` loops what this run captured right after it: no command to type.
             line = "  next: selfheal ci runs the RALF-Lite loop on what this run captured"
         # The one `next:` line is essential; the report's per-incident lines are details.
         level = ESSENTIAL if line.startswith("  next:") else DETAIL if line.startswith("  ") else SUMMARY

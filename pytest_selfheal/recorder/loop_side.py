@@ -1,7 +1,5 @@
-"""The recorder's loop side (edge): the incidents on disk a ``pytest --selfheal`` run may be
-an iteration of, and the loop it runs with ``--selfheal-loop``; loaded only when the reports
-root holds an incident or the loop is asked for.
-"""
+"""The recorder's loop side (edge): the incidents on disk a run may be an iteration of, and the
+loop of ``--selfheal-loop``; loaded only when there is an incident or the loop is asked for."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from pytest_selfheal.process import fresh_pycache
 from pytest_selfheal.records.redacted import TRUNCATED, bounded_nodeid, is_redacted
 from pytest_selfheal.records.vocab import ESSENTIAL, SUMMARY
 from pytest_selfheal.report.data import IncidentRun
-from pytest_selfheal.report.load import incident_run_of, load_incident_run
+from pytest_selfheal.report.load import incident_run_of
 from pytest_selfheal.run import run_incident_loop
 from pytest_selfheal.store.root import Store, project_store
 
@@ -35,8 +33,6 @@ def _unplaceable(nodeid: str) -> bool:
 
 
 class LoopSide:
-    """What a run does with the incidents on disk, for ``recorder``."""
-
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
 
@@ -44,10 +40,6 @@ class LoopSide:
         """The store of the run's reports root (RefusedError when it leads out of the project)."""
         return project_store(self.recorder.config.rootpath, self.recorder.effective.settings.reports_dir,
                              self.recorder.redactor)
-
-    def incident_run(self, incident_id: str) -> IncidentRun:
-        """An open incident's records as on disk: the report's input for one this run iterated."""
-        return load_incident_run(self.store(), incident_id)
 
     def open_incidents(self) -> list[agent_mode.OpenIncident]:
         """The open incidents whose tests this run may verify (none readable: a line says why)."""
@@ -58,35 +50,27 @@ class LoopSide:
             return []
 
     def fresh_pycache(self) -> tuple[Optional[str], str]:
-        """A run that may be an incident's verdict compiles every module it imports from now on
-        afresh: no .pyc left in a __pycache__ folder is what runs (docs/loop.md "The seal").
-        Returns the prefix to restore and the folder to remove."""
+        """Compile every module imported from now on afresh (docs/loop.md "The seal"); what to undo."""
         cache = (sys.pycache_prefix, fresh_pycache())
         sys.pycache_prefix = cache[1]
         return cache
 
     def known_id(self, nodeid: str) -> str:
-        """``nodeid`` as the incidents keep it: cut and redacted (docs/redaction.md)."""
         return self.recorder.redactor.redact(bounded_nodeid(nodeid))
 
     @staticmethod
     def any_redacted(nodeids: set[str]) -> bool:
-        """Whether any of ``nodeids`` (an open incident's, as stored) was redacted or truncated."""
         return any(map(_unplaceable, nodeids))
 
     def gone(self) -> set[str]:
-        """Open incidents' selected tests this run should have run and has no outcome for
-        (deleted, renamed, deselected, ``-k``-ed away): its paths cover them and nothing cut
-        it short (``-x``, ``--maxfail``, Ctrl-C) nor only collected."""
+        """Open incidents' tests this run should have run and did not (deleted, renamed, ``-k``-ed away)."""
         recorder = self.recorder
         config = recorder.config
         if recorder.cut_short:
             return set()
         rootdir = Path(config.rootpath)
-        scopes = []
-        for arg in config.args:
-            path, _, rest = str(arg).partition("::")
-            scopes.append((Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest))
+        scopes = [(Path(os.path.abspath(Path(config.invocation_params.dir, path))), rest)
+                  for path, _, rest in (str(arg).partition("::") for arg in config.args)]
         gone = set()
         for nodeid in recorder.watched - recorder.outcomes.keys():
             if _unplaceable(nodeid):
@@ -129,10 +113,8 @@ class LoopSide:
         self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
         run_options: Optional[list[str]], iterated: list[str],
     ) -> tuple[list[Any], list[str]]:
-        """A stop sticks (loop/sticky.py): failures a stopped incident holds are not a new
-        incident, and tests it holds passing may be the same verdict. Code unchanged → STOP
-        already_stopped; changed → that incident's next iteration. Returns the failures left to
-        capture and the incidents still open."""
+        """A stop sticks (loop/sticky.py): code unchanged → STOP already_stopped, changed → that
+        incident's next iteration. Returns the failures left to capture, the incidents still open."""
         recorder = self.recorder
         store = self.store()
         stopped = sticky.stopped_incidents(store)
@@ -143,11 +125,8 @@ class LoopSide:
         matches, rest = sticky.match_stopped(stopped, remaining, diff) if remaining else ([], [])
         matches += sticky.match_green(
             stopped, sticky.as_known(stopped, recorder.passed, self.known_id), {f.nodeid for f in failures if f.nodeid},
-            diff,
-            sticky.tests_changed(store, root),
-            taken={m.incident.incident_id for m in matches} | set(iterated))
+            diff, sticky.tests_changed(store, root), taken={m.incident.incident_id for m in matches} | set(iterated))
         still_open: list[str] = []
-        max_iterations = recorder.effective.settings.max_iterations
         for match in matches:
             incident_id = match.incident.incident_id
             if match.attachment is sticky.Attachment.NOT_COLLECTED:
@@ -171,8 +150,8 @@ class LoopSide:
                     continue
             sticky.record_attached(store, match, diff)
             if match.attachment is sticky.Attachment.ALREADY_STOPPED:
-                recorder.lines.append((ESSENTIAL, sticky.already_stopped_line(match, max_iterations)))
-                recorder.lines.append((ESSENTIAL, sticky.next_step(match)))
+                recorder.lines += [(ESSENTIAL, sticky.already_stopped_line(match, recorder.effective.settings.max_iterations)),
+                                   (ESSENTIAL, sticky.next_step(match))]
                 continue
             sticky.continue_stopped(store, match)
             at = len(recorder.lines)
@@ -192,21 +171,18 @@ class LoopSide:
         return rest, still_open
 
     def every_outcome(self, failures: list[Any]) -> dict[str, str]:
-        """This run's outcome of every test it ran, as the incidents know its id: a failure over a
-        skip over a pass (a re-run plugin's last attempt decides, as in pytest's summary)."""
+        """This run's outcome of each test it ran, by the incidents' ids: a failure over a skip over a pass."""
         recorder = self.recorder
         passed, skipped = recorder.passed, recorder.skipped_ids
         if recorder.watched_redacted:  # as the incidents know them (Recorder._watched_id)
             passed = {self.known_id(n) for n in passed}
             skipped = {self.known_id(n) for n in skipped}
-        out = dict.fromkeys(passed, "passed")
-        out.update(dict.fromkeys(skipped, "skipped"))
+        out = {**dict.fromkeys(passed, "passed"), **dict.fromkeys(skipped, "skipped")}
         out.update((f.nodeid, f.outcome if f.outcome in ("failed", "error") else "failed") for f in failures if f.nodeid)
         return out
 
     def run_loop(self, captured: IncidentRun) -> IncidentRun:
-        """``--selfheal-loop``: the loop on the incident this run captured (its records as
-        written); returns them as the loop left them."""
+        """``--selfheal-loop`` on the incident this run captured; its records as the loop left them."""
         recorder = self.recorder
         store = self.store()
         state = LoopRun.resume(store, captured.incident.incident_id, captured.incident, captured.plan)

@@ -1,7 +1,4 @@
-"""The effective config of a ``pytest --selfheal`` run (edge): the config files, then the
-``selfheal_*`` ini options, then the ``--selfheal-*`` flags. Loaded only when the run has a
-config to read (``recorder.has_config``) or something to record.
-"""
+"""The effective config of a ``pytest --selfheal`` run (edge): files, then ini options, then flags."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ def _ini_values(config: pytest.Config) -> dict[str, str]:
 
 
 def load_effective_config(config: pytest.Config) -> EffectiveConfig:
-    """The effective config for this pytest run (files ← ini ← flags; the defaults when
-    :func:`has_config` found none to read); a bad one is a usage error."""
+    """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
     overrides: list[Override] = []
     addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
     for dest, key in FLAG_KEYS.items():
@@ -58,8 +54,7 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
 
 
 def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
-    """The values the invoker gave ``flag``, on its command line or in ``PYTEST_ADDOPTS``; one
-    the pytest ini's ``addopts`` alone gives is the project's (its paths stay inside it)."""
+    """The values the invoker gave ``flag`` (command line, ``PYTEST_ADDOPTS``); the rest are the project's."""
     try:
         words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
     except ValueError:  # pytest read it already; a quote it could not read is no value here

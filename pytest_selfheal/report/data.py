@@ -1,9 +1,7 @@
 """The ``## RALF Lite Loop Report`` data: the report of incidents' records (pure).
 
-``build_report`` turns the records the store reads (:class:`IncidentRun`) into a
-``records.report.Report``; every field and rule is documented in docs/report.md, keep the
-two in step. Deterministic (no timestamps but those in the data), so golden files stay
-stable; the input is redacted already.
+Every field and rule is documented in docs/report.md; keep the two in step. Deterministic
+(no timestamps but those in the data), so golden files stay stable.
 """
 
 from __future__ import annotations
@@ -32,13 +30,10 @@ INBOX = "inbox"
 # Origin of config values taken from a run_result.json when no effective config was given.
 RUN_RESULT_ORIGIN = "run_result.json"
 
-# --------------------------------------------------------------------------- input
-
 
 @dataclass(frozen=True)
 class IncidentRun:
-    """One incident's records, the input of :func:`build_report`; ``incident.status`` is the
-    authoritative status (``status.txt``), ``bucket`` the folder it is in."""
+    """One incident's records, the input of :func:`build_report`; ``incident.status`` is ``status.txt``'s."""
 
     incident: Incident
     plan: Optional[Plan] = None
@@ -56,7 +51,6 @@ def _unwrap_config(config: Mapping[str, object]) -> Mapping[str, object]:
 
 
 def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """``{dotted key: value}`` for every leaf of a (nested) ralf_lite mapping."""
     flat: dict[str, object] = {}
     for key in sorted(config, key=str):
         value = config[key]
@@ -68,16 +62,12 @@ def flatten_config(config: Mapping[str, object], prefix: str = "") -> dict[str, 
     return flat
 
 
-# --------------------------------------------------------------------------- build
-
-
 def _resolve_config(
     effective_config: Optional[Mapping[str, object]],
     origins: Optional[Mapping[str, str]],
     runs: Sequence[IncidentRun],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report's config (every key present, missing ones from the defaults) and the origin
-    of every leaf: the given config, else the first one a run_result.json recorded."""
+    """The report's config (defaults filled in) and each leaf's origin."""
     given, given_origin = effective_config, DEFAULT_ORIGIN
     if given is None:
         recorded = [run.run_result.effective_config for run in runs
@@ -92,8 +82,16 @@ def _resolve_config(
 
 
 def _recorded(record: JsonRecord, key: str) -> bool:
-    """True when ``record``'s document has ``key`` (a record built in code has every field)."""
+    # A record built in code has every field.
     return record.keys is None or key in record.keys
+
+
+# The fields an iteration and a task copy from their attempt and plan action, as recorded.
+_ITERATION_FIELDS = ("iteration", "mode", "started_at", "finished_at", "result", "stop_reason", "verification_passed",
+                     "error_signature", "fingerprint_changed", "progress", "progress_reasons", "diff_hash")
+_TASK_FIELDS = ("title", "nodeids", "fingerprint", "fingerprints", "signature", "failure_type", "where", "also_where")
+_INCIDENT_FIELDS = ("created_at", "step", "failure_class", "error_signature", "unverified_failures")
+_RUN_RESULT_FIELDS = ("same_error_repeats", "runtime_minutes", "archived_to", "decision_point")
 
 
 def _iteration_entry(attempt: Attempt) -> ReportIteration:
@@ -102,28 +100,16 @@ def _iteration_entry(attempt: Attempt) -> ReportIteration:
     not_run = set(strs(attempt.get_extra("not_run")))
     repair = attempt.repair
     return ReportIteration(
-        iteration=attempt.iteration,
-        mode=attempt.mode,
-        started_at=attempt.started_at,
-        finished_at=attempt.finished_at,
-        result=attempt.result,
-        stop_reason=attempt.stop_reason,
-        verification_passed=attempt.verification_passed,
+        **{name: getattr(attempt, name) for name in _ITERATION_FIELDS},
         outcomes={k: v for k, v in sorted(attempt.outcomes.items()) if k not in not_run},
         fingerprints=tuple(f.fingerprint for f in attempt.failures if f.fingerprint),
-        error_signature=attempt.error_signature,
-        fingerprint_changed=attempt.fingerprint_changed,
-        progress=attempt.progress,
-        progress_reasons=attempt.progress_reasons,
-        diff_hash=attempt.diff_hash,
         repair_result=repair.result if repair is not None and _recorded(repair, "result") else None,
         timed_out=attempt.timed_out is True,
     )
 
 
 def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]) -> tuple[int, Optional[int]]:
-    """``(attempts, index of the iteration it passed at, or None)`` of one plan action
-    (docs/report.md "Task attempts")."""
+    """``(attempts, index of the iteration it passed at, or None)`` of one plan action."""
     latest: dict[str, str] = {}
     count = 0
     for index, iteration in enumerate(iterations):
@@ -144,7 +130,6 @@ def _task_progress(nodeids: Sequence[str], iterations: Sequence[ReportIteration]
 
 
 def _observations(run: IncidentRun) -> list[policy.Observation]:
-    """The loop's observations (capture + attempts), or [] when the records do not allow it."""
     try:
         capture = policy.capture_observation(run.incident)
         return [capture] + [policy.observation_from_attempt(a) for a in run.attempts]
@@ -156,7 +141,6 @@ REPAIR_CALLS_SHOWN = 5  # the last repair calls the report names (all are counte
 
 
 def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]]:
-    """The last regression check (loop/regression.py): how many tests it ran, what it found broken."""
     checked = [a for a in attempts if a.regression_tests_run is not None]
     if not checked:
         return None
@@ -164,9 +148,7 @@ def _regression_check(attempts: Sequence[Attempt]) -> Optional[dict[str, object]
 
 
 def _repair_summary(attempts: Sequence[Attempt], rr: Optional[RunResult]) -> Optional[dict[str, object]]:
-    """What the repair did, or None when no provider ran: each call (its result, files,
-    and why it was rolled back or which out-of-scope files approval let in), then the end:
-    applied (by whom, where, which files), proposed, or nothing kept."""
+    """What the repair did (each call, then the end), or None when no provider ran."""
     calls = [a for a in attempts if a.repair is not None and a.repair.provider]
     block = rr.repair if rr is not None else None
     if not calls and block is None:
@@ -204,7 +186,6 @@ def _next_action(incident_id: str, stop_reason: Optional[str], finished: bool, l
 
 
 def _failure_id(failure: Failure) -> Optional[str]:
-    """A failure's selection: its pytest node id, else its runner-independent test identity."""
     return failure.nodeid or failure.test or None
 
 
@@ -257,19 +238,12 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         else:
             task_stop = None  # not run (yet), or never verified by the loop
         tasks.append(ReportTask(
+            **{name: getattr(action, name) for name in _TASK_FIELDS},
             task=action.id or f"A{len(tasks) + 1}",
-            title=action.title,
-            nodeids=nodeids,
             attempts=count,
             stop_reason=task_stop,
             passed=passed,
             flaky=bool(nodeids) and passed and all(n in flaky for n in nodeids),
-            fingerprint=action.fingerprint,
-            fingerprints=action.fingerprints,
-            signature=action.signature,
-            failure_type=action.failure_type,
-            where=action.where,  # the top suspect
-            also_where=action.also_where,
         ))
 
     new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
@@ -301,23 +275,19 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     handoff["recommended_next_action"] = after_repair or recommended
     has_config = rr is not None and _recorded(rr, "effective_config")
 
+    recorded: dict[str, Any] = {name: getattr(rr, name, None) for name in _RUN_RESULT_FIELDS}  # None without one
     return ReportIncident(
+        **{name: getattr(incident, name) for name in _INCIDENT_FIELDS},
+        **recorded,
         incident_id=incident_id,
         status=status,
         bucket=run.bucket,
-        created_at=incident.created_at,
-        step=incident.step,
-        failure_class=incident.failure_class,
-        error_signature=incident.error_signature,
         capture_tests=tuple(unique(n for n in (_failure_id(f) for f in failures) if n)),
         plan_revision=(run.plan.revision or 1) if run.plan is not None else None,
         finished=finished,
         final_status=final_status,
         stop_reason=stop_reason,
         loops_used=loops_used,
-        same_error_repeats=rr.same_error_repeats if rr is not None else None,
-        runtime_minutes=rr.runtime_minutes if rr is not None else None,
-        archived_to=rr.archived_to if rr is not None else None,
         run_config=_unwrap_config(plain_json(rr.effective_config)) if rr is not None and has_config else None,
         tasks=tuple(tasks),
         iterations=tuple(iterations),
@@ -326,10 +296,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         flaky_tests=tuple(unique(flaky)),
         # Test files the verified code differs in (repair.allow_test_edits): shown first.
         tests_edited=attempts[-1].tests_edited if attempts else (),
-        unverified_failures=incident.unverified_failures,
         new_failures=tuple(new_failures.values()),
         triage=tuple(report_triage([*failures, *incident.passed_on_rerun], flaky)),
-        decision_point=rr.decision_point if rr is not None else None,
         handoff=handoff,
         repair=_repair_summary(attempts, rr),
         regression_check=_regression_check(attempts),
@@ -343,9 +311,7 @@ def build_report(
     origins: Optional[Mapping[str, str]] = None,
     enabled: bool = True,
 ) -> Report:
-    """The report of ``incidents`` (docs/report.md "JSON"), sorted by ``created_at`` then id, a
-    repeated id kept once. ``effective_config``: the ralf_lite mapping (bare or in the files'
-    ``{"ralf_lite": ...}`` form); ``enabled``: False when selfheal itself is off."""
+    """The report of ``incidents``, sorted by ``created_at`` then id, a repeated id kept once."""
     values, resolved = _resolve_config(effective_config, origins, incidents)
     first: dict[str, IncidentRun] = {}
     for run in incidents:
@@ -356,9 +322,7 @@ def build_report(
 
 
 def report_triage(failures: Sequence[Failure], flaky: Collection[str]) -> list[TriageEntry]:
-    """The report's ``triage`` of one incident: each captured failure's recorded triage
-    (incident.json ``failures[].triage``), turned ``flaky`` when the loop saw it pass on
-    re-run with no code change (``flaky``: node ids) — a quarantine still wins."""
+    """Each failure's recorded triage, ``flaky`` when the loop saw it pass on a re-run (a quarantine wins)."""
     entries: list[TriageEntry] = []
     for failure in failures:
         recorded = failure.triage

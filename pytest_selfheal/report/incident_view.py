@@ -1,7 +1,4 @@
-"""One incident as the user reads it (edge: reads the store): fields, status, failures grouped
-by root cause, plan summary, attempts, run result. ``selfheal show`` and the MCP server's
-``show`` tool both render this view: an ``IncidentView`` (records/report.py), JSON only in
-its ``to_json`` (``selfheal show --json``)."""
+"""One incident as the user reads it (edge): the view ``selfheal show`` and the MCP ``show`` tool render."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from pytest_selfheal.store.root import Store
 
 
 def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[PlanAction, ...]:
-    """The incident's failures grouped by root cause: the plan's actions (which hold the
-    grouping, docs/loop.md "The plan"), or the same grouping computed when there is no plan."""
+    """The failures grouped by root cause: the plan's actions, or the same grouping without a plan."""
     if plan is not None and plan.actions:
         return plan.actions
     return tuple(
@@ -28,8 +24,7 @@ def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[PlanAction, .
 
 
 def incident_view(store: Store, incident_id: str) -> IncidentView:
-    """One incident as records: what ``selfheal show`` prints and the MCP ``show`` tool
-    digests (errors are raised, not hidden: 2 bad id, 3 corrupted files, 4 unknown id)."""
+    """One incident as records (errors raised: 2 bad id, 3 corrupted files, 4 unknown id)."""
     bucket, folder = store.locate(incident_id)
     incident = store.read_incident(incident_id)
     status = store.read_status(incident_id)

@@ -1,6 +1,4 @@
-"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure):
-each captured test's failed runs, its latest outcome and whether it is flaky.
-"""
+"""An incident's tests and their re-runs, as the junit cases of ``selfheal junit`` (pure)."""
 
 from __future__ import annotations
 
@@ -34,15 +32,12 @@ def rerun_cases(
     attempts: Sequence[Attempt],
     quarantine: Sequence[QuarantineEntry] = (),
 ) -> list[RerunCase]:
-    """The junit cases of one incident (order: the incident's failures)."""
     observations = [policy.capture_observation(incident)] + [policy.observation_from_attempt(a) for a in attempts]
     flaky = set(policy.flaky_tests(observations))
     runs: dict[str, list[FailedRun]] = {}
     fingerprints: dict[str, str] = {}
-    order: list[str] = []
     for failure in incident.failures:
         nodeid = failure.nodeid or failure.test
-        order.append(nodeid)
         fingerprints[nodeid] = failure.fingerprint
         runs.setdefault(nodeid, []).append(_failed_run(failure))
     for attempt in attempts:
@@ -50,13 +45,9 @@ def rerun_cases(
             nodeid = recorded.nodeid or recorded.test
             if nodeid in runs:
                 runs[nodeid].append(_failed_run(recorded))
-    latest: dict[str, str] = {}
-    for observation in observations:
-        for nodeid, outcome in observation.outcomes.items():
-            if outcome != OUTCOME_MISSING:
-                latest[nodeid] = outcome
+    latest = {n: outcome for o in observations for n, outcome in o.outcomes.items() if outcome != OUTCOME_MISSING}
     cases = []
-    for nodeid in dict.fromkeys(order):
+    for nodeid in list(runs):
         outcome = latest.get(nodeid, "failed")
         final = OUTCOME_FAILED if outcome in FAILING_OUTCOMES else OUTCOME_SKIPPED if outcome == OUTCOME_SKIPPED else OUTCOME_PASSED
         entry: Optional[QuarantineEntry] = matching_entry(quarantine, nodeid=nodeid, fingerprint=fingerprints[nodeid])

@@ -59,8 +59,7 @@ def _id_order(incident_id: str) -> tuple[str, str]:
 
 
 def latest_incident(store: Store) -> tuple[Optional[str], str]:
-    """The incident a person means by "the latest", and a line saying which it is: the newest
-    readable one by the time in its id (which, unlike ``created_at``, no copy or edit changes)."""
+    """The newest readable incident by the time in its id (no copy changes it), and a line saying so."""
     rows = store.list_incidents()
     valid = [row for row in rows if row.status != CORRUPTED] or rows
     if not valid:
@@ -74,8 +73,7 @@ def latest_incident(store: Store) -> tuple[Optional[str], str]:
 
 
 def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[str]:
-    """The ids to report: ``incident_id``; or all (``every``, oldest first); or the latest
-    (:func:`latest_incident`)."""
+    """The ids to report: ``incident_id``, or all (``every``, oldest first), or the latest."""
     if incident_id is not None:
         return [store.resolve_id(incident_id)]
     if every:
@@ -85,7 +83,6 @@ def select_ids(store: Store, incident_id: Optional[str], every: bool) -> list[st
 
 
 def build_from_store(store: Store, incident_ids: list[str], project_root: Path) -> Report:
-    """The report of ``incident_ids`` with the effective config of ``project_root``."""
     config = load_config(project_root)
     runs = [load_incident_run(store, incident_id) for incident_id in incident_ids]
     return build_report(incidents=runs, effective_config=config.values, origins=config.origins)

@@ -1,8 +1,4 @@
-"""Merging shard reports (e.g. the jobs of a CI matrix) into one ``RALF Lite Loop Report``.
-
-Pure: ``Report`` records in (built, or read back by ``report.load.read_report``) and out
-(fields and rules: docs/report.md "Merging").
-"""
+"""Merging shard reports (the jobs of a CI matrix) into one report (pure; docs/report.md "Merging")."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ def _flat(config: Mapping[str, object]) -> dict[str, object]:
 
 
 def merge_reports(reports: Sequence[Report], *, names: Optional[Sequence[str]] = None) -> Report:
-    """One report from several shard reports (docs/report.md "Merging"); ``names`` label the
-    shards (default ``shard 1``, ``shard 2``…)."""
+    """One report from several shard reports; ``names`` label the shards (default ``shard 1``…)."""
     if not reports:
         raise UsageError("nothing to merge: give at least one report")
     labels = list(names) if names is not None else [f"shard {i}" for i in range(1, len(reports) + 1)]

@@ -1,6 +1,5 @@
-"""The plan-level rules of a report (pure, docs/report.md): the deciding ("worst") incident,
-the counts, the task labels, over ``ReportIncident`` records (built, or a shard's read back),
-in :func:`assemble_report`, the one place a :class:`Report` is put together."""
+"""The plan-level rules of a report (pure, docs/report.md), in :func:`assemble_report`, the one
+place a :class:`Report` is put together."""
 
 from __future__ import annotations
 
@@ -15,15 +14,13 @@ from pytest_selfheal.records.tolerant import as_str, unique
 from pytest_selfheal.records.vocab import FinalStatus, StopReason
 
 # Plan-level "worst" rule (docs/report.md): first by outcome, then by stop reason.
-# Outcome: escalated, then replan_requested, then not finished, then resolved last.
 _OUTCOME_RANK: dict[str, int] = {
     FinalStatus.ESCALATED: 0,
     FinalStatus.REPLAN_REQUESTED: 1,
     FinalStatus.RESOLVED: 3,
 }
 _UNFINISHED_RANK = 2
-# Stop reasons in the loop's own precedence (most specific diagnosis first), except that
-# success ranks last and "no stop reason yet" just before it.
+# Stop reasons in the loop's own precedence, then "no stop reason yet", then success.
 REASON_ORDER: tuple[Optional[str], ...] = tuple(
     r for r in policy.PRECEDENCE if r != StopReason.SUCCESS
 ) + (None, StopReason.SUCCESS)
@@ -53,9 +50,8 @@ def _task_labels(incidents: Sequence[ReportIncident]) -> tuple[tuple[str, ...], 
 
 
 def _severity(entry: ReportIncident) -> tuple[int, int]:
-    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK)
-    if outcome != _UNFINISHED_RANK and not entry.finished:
-        outcome = _UNFINISHED_RANK  # a status that looks final, but no run recorded
+    # A status that looks final with no run recorded is unfinished.
+    outcome = _OUTCOME_RANK.get(str(entry.final_status), _UNFINISHED_RANK) if entry.finished else _UNFINISHED_RANK
     reason = entry.stop_reason
     # Even ranks for known reasons; an unknown one sits after the known failures and
     # before "no stop reason yet".
@@ -64,8 +60,7 @@ def _severity(entry: ReportIncident) -> tuple[int, int]:
 
 
 def deciding_incident(incidents: Sequence[ReportIncident]) -> Optional[ReportIncident]:
-    """The incident whose outcome is the plan's: the "worst" one by outcome, then stop reason,
-    then report order (docs/report.md)."""
+    """The incident whose outcome is the plan's: the worst by outcome, then stop reason, then order."""
     return min(incidents, key=_severity, default=None)
 
 
@@ -78,8 +73,7 @@ def assemble_report(
     config_differences: Sequence[ConfigDifference] = (),
     shards: Sequence[Shard] = (),
 ) -> Report:
-    """The report of ``incidents`` (in report order; ``report.data.build_report``,
-    ``report.merge``): their tasks labelled, the plan-level fields derived from them."""
+    """The report of ``incidents`` (in report order): tasks labelled, plan-level fields derived."""
     labels = _task_labels(incidents)
     labelled = tuple(replace(e, tasks=tuple(replace(t, label=label) for t, label in zip(e.tasks, names)))
                      for e, names in zip(incidents, labels))

@@ -1,8 +1,4 @@
-"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure).
-
-The layout is documented in docs/report.md; keep the two in step. Deterministic, so golden
-files stay stable; the report is redacted already, and the caller redacts the text too.
-"""
+"""The ``## RALF Lite Loop Report`` rendered: markdown, headline, terminal lines (pure; docs/report.md)."""
 
 from __future__ import annotations
 
@@ -53,14 +49,10 @@ _AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
 
 
 def _scalar(value: object) -> str:
-    """A config value as the head line and tables write it: JSON, but bare strings (a report
-    read back holds its config frozen)."""
+    """A config value as JSON, but bare strings (a report read back holds its config frozen)."""
     if isinstance(value, str):
         return value
     return json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
-
-
-# --------------------------------------------------------------------------- markdown helpers
 
 
 def text(value: object, limit: int = CELL_LIMIT) -> str:
@@ -129,14 +121,10 @@ def _multi(report: Report) -> bool:
 
 
 def _per_incident(report: Report, heading: str, block: Callable[[ReportIncident], list[str]]) -> list[str]:
-    """A section of one block per incident, each under a sub-heading when there are several."""
     lines = [heading, ""]
     for entry in report.incidents:
         lines += ([f"#### {code(entry.incident_id)}", ""] if _multi(report) else []) + block(entry) + [""]
     return lines[:-1]
-
-
-# --------------------------------------------------------------------------- markdown
 
 
 def render_headline(report: ReportInput) -> str:
@@ -158,7 +146,6 @@ def render_headline(report: ReportInput) -> str:
 
 
 def _verdict(report: Report, reason: str) -> str:
-    """``stop reason <reason>``, or why there is none yet."""
     if report.stop_reason:
         return f"stop reason {reason}"
     return "loop not finished" if report.total_retries else "loop not run yet"
@@ -182,15 +169,12 @@ def _head(report: Report) -> list[str]:
     ]
     tasks = [task for entry in report.incidents for task in entry.tasks]
     for task in tasks[:SECTION_MAX_ROWS]:
-        label = cell(text(task.label, 80))
-        stop = task.stop_reason
-        lines.append(f"| {label.ljust(4)} | {str(task.attempts).ljust(8)} | "
-                     f"{cell(text(stop, 60)) if stop else DASH} |")
+        stop = cell(text(task.stop_reason, 60)) if task.stop_reason else DASH
+        lines.append(f"| {cell(text(task.label, 80)).ljust(4)} | {str(task.attempts).ljust(8)} | {stop} |")
     return lines + _more(len(tasks) - SECTION_MAX_ROWS, "tasks")
 
 
 def _regression_text(incident: ReportIncident) -> str:
-    """``ran 14 test(s) that can reach the change: nothing broken`` / ``...: broke `a`, `b```."""
     check = incident.regression_check or {}
     listed = check.get("broken")
     broken = [n for n in listed if isinstance(n, str)] if isinstance(listed, (list, tuple)) else []
@@ -203,11 +187,8 @@ def _section_stop(report: Report) -> list[str]:
     incidents = report.incidents
     if not incidents:
         return lines + ["No incident was captured: nothing to loop."]
-    reason = report.stop_reason
-    if reason:
-        shown = _reason(reason)
-    else:
-        shown = "not finished" if report.total_retries else f"{NOT_RUN} (the loop has not run yet)"
+    shown = _reason(report.stop_reason) if report.stop_reason else (
+        "not finished" if report.total_retries else f"{NOT_RUN} (the loop has not run yet)")
     # A test edit is never a fix to take on trust: it comes before everything else.
     lines += [f"- **Tests edited** in {code(e.incident_id)}: {_codes(e.tests_edited)} — the selection passes "
               "only with these test files changed; review the test diff first" for e in incidents if e.tests_edited]
@@ -224,28 +205,22 @@ def _section_stop(report: Report) -> list[str]:
     lines.append("")
     rows = []
     for e in incidents:
-        archived = e.archived_to
         rows.append([
             code(e.incident_id), text(e.status), text(e.final_status),
             _reason(e.stop_reason) if e.stop_reason else (NOT_RUN if not e.loops_used else DASH),
             str(e.loops_used),
             DASH if e.same_error_repeats is None else str(e.same_error_repeats),
             _minutes(e.runtime_minutes),
-            code(archived) if archived else DASH,
+            code(e.archived_to or ""),
         ])
     lines += _table(["Incident", "Status", "Final Status", "Stop Reason", "Iterations", "Same Error Repeats",
                      "Runtime", "Archived To"], rows)
-    signatures = [(e.incident_id, e.error_signature) for e in incidents if e.error_signature]
-    if signatures:
-        lines.append("")
-        for incident_id, signature in signatures:
-            prefix = f"{code(incident_id)} error signature" if len(incidents) > 1 else "Error signature"
-            lines.append(f"- {prefix}: {code(signature)}")
-    return lines
+    signatures = [f"- {f'{code(e.incident_id)} error signature' if _multi(report) else 'Error signature'}: "
+                  f"{code(e.error_signature)}" for e in incidents if e.error_signature]
+    return lines + ([""] + signatures if signatures else [])
 
 
 def _section_triage(report: Report, quarantined: bool) -> list[str]:
-    """The captured failures with their triage (docs/history.md), or the quarantined ones."""
     rows: list[list[str]] = []
     hidden: dict[str, int] = {}  # hidden: per label, the failures past the first SECTION_MAX_ROWS
     for entry in report.incidents:
@@ -301,10 +276,7 @@ def _config_difference_lines(report: Report) -> list[str]:
                      "(the table shows the first shard's config)")
     base = flatten_config(report.effective_config)
     for entry in report.incidents:
-        recorded = entry.run_config
-        if recorded is None:
-            continue
-        own = flatten_config(recorded)
+        own = flatten_config(entry.run_config or {})
         keys = sorted(k for k in own if k in base and own[k] != base[k])
         if keys:
             ran_with = ", ".join(f"{k}={_scalar(own[k])}" for k in keys)
@@ -358,18 +330,16 @@ def _test_list(report: Report, fixed: bool) -> list[str]:
     return items + _more(hidden, "tests") if items else ["None."]
 
 
-def _section_flaky(report: Report) -> list[str]:
-    items = _test_list(report, False)
-    said = ["Failed, then passed on re-run with no code change:", ""] if items != ["None."] else []
-    return ["### Flaky Tests", "", *said, *items]
+def _section_tests(report: Report, fixed: bool) -> list[str]:
+    items = _test_list(report, fixed)
+    said = ["Failed, then passed on re-run with no code change:", ""] if not fixed and items != ["None."] else []
+    return [f"### {'Tests Fixed Along the Way' if fixed else 'Flaky Tests'}", "", *said, *items]
 
 
 def _section_new_failures(report: Report) -> list[str]:
-    rows = []
-    for entry in report.incidents:
-        for f in entry.new_failures:
-            row = [code(f.nodeid or DASH), code(f.fingerprint or ""), str(f.iteration)]
-            rows.append(([code(entry.incident_id)] if _multi(report) else []) + row)
+    rows = [([code(e.incident_id)] if _multi(report) else []) + [code(f.nodeid or DASH), code(f.fingerprint or ""),
+                                                                 str(f.iteration)]
+            for e in report.incidents for f in e.new_failures]
     if not rows:
         return []
     header = (["Incident"] if _multi(report) else []) + ["Test", "Fingerprint", "First Seen (Iteration)"]
@@ -378,13 +348,8 @@ def _section_new_failures(report: Report) -> list[str]:
 
 
 def _grid_tests(entry: ReportIncident) -> list[str]:
-    tests = list(entry.capture_tests)
-    for task in entry.tasks:
-        tests += task.nodeids
-    rest: set[str] = set()
-    for it in entry.iterations:
-        rest.update(it.outcomes)
-    ordered = unique(tests)
+    ordered = unique([*entry.capture_tests, *(n for task in entry.tasks for n in task.nodeids)])
+    rest = {n for it in entry.iterations for n in it.outcomes}
     return ordered + sorted(rest - set(ordered))
 
 
@@ -428,10 +393,7 @@ def _section_grid(report: Report) -> list[str]:
 
 
 def _section_timeline(report: Report) -> list[str]:
-    incidents = report.incidents
-    if not incidents:
-        return []
-    if len(incidents) > MERMAID_MAX_INCIDENTS:
+    if len(report.incidents) > MERMAID_MAX_INCIDENTS:
         return ["### Loop Timeline", "", f"Omitted for more than {MERMAID_MAX_INCIDENTS} incidents; see the tables above."]
     return _per_incident(report, "### Loop Timeline", mermaid_timeline)
 
@@ -451,13 +413,10 @@ def _decision(entry: ReportIncident) -> list[str]:
 
 
 def _section_next(report: Report) -> list[str]:
-    lines = ["### Recommended Next Action", ""]
-    incidents = report.incidents
-    if len(incidents) <= 1:
-        return lines + [text(report.recommended_next_action, 500)]
-    for entry in incidents:
-        lines.append(f"- {code(entry.incident_id)}: {text(entry.next_action or DASH, 500)}")
-    return lines
+    if len(report.incidents) <= 1:
+        return ["### Recommended Next Action", "", text(report.recommended_next_action, 500)]
+    return ["### Recommended Next Action", ""] + [f"- {code(e.incident_id)}: {text(e.next_action or DASH, 500)}"
+                                                   for e in report.incidents]
 
 
 def _section_shards(report: Report) -> list[str]:
@@ -467,15 +426,10 @@ def _section_shards(report: Report) -> list[str]:
     notes = any(shard.duplicates for shard in shards)
     rows = []
     for shard in shards:
-        ids = shard.incidents
-        dup = shard.duplicates
-        row = [
-            text(shard.name), _codes(ids, sep="<br>") if ids else "none",
-            _reason(shard.stop_reason), text(shard.final_status or DASH),
-        ]
-        if notes:
-            row.append(f"{plural(len(dup), 'incident')} already in an earlier shard: {_codes(dup)}" if dup else "")
-        rows.append(row)
+        ids, dup = shard.incidents, shard.duplicates
+        rows.append([text(shard.name), _codes(ids, sep="<br>") if ids else "none", _reason(shard.stop_reason),
+                     text(shard.final_status or DASH)] + ([f"{plural(len(dup), 'incident')} already in an earlier "
+                                                          f"shard: {_codes(dup)}" if dup else ""] if notes else []))
     header = ["Shard", "Incidents", "Stop Reason", "Final Status"] + (["Note"] if notes else [])
     return ["### Shards", ""] + _table(header, rows)
 
@@ -487,9 +441,7 @@ def render_markdown(
     headline: bool = False,
     mermaid: bool = True,
 ) -> str:
-    """The report as markdown: the head GSD plan summaries paste unchanged, then details.
-    ``headline``: the status line before the heading (PR comment, job summary);
-    ``extra_sections``: a hook's ``[{title, markdown}]``, inserted as given."""
+    """The report as markdown; ``headline`` before it (PR comment, job summary), hook sections after."""
     records = as_report(report)
     lines: list[str] = [render_headline(records), ""] if headline else []
     lines += _head(records)
@@ -500,11 +452,11 @@ def render_markdown(
         _section_tasks(records),
         _section_config(records),
         _per_incident(records, "### Fingerprint per Iteration", _fingerprints) if records.incidents else [],
-        ["### Tests Fixed Along the Way", "", *_test_list(records, True)] if records.incidents else [],
-        _section_flaky(records) if records.incidents else [],
+        _section_tests(records, True) if records.incidents else [],
+        _section_tests(records, False) if records.incidents else [],
         _section_new_failures(records),
         _section_grid(records) if records.incidents else [],
-        _section_timeline(records) if mermaid else [],
+        _section_timeline(records) if mermaid and records.incidents else [],
         _per_incident(records, "### Decision Point", _decision) if records.incidents else [],
         _section_next(records),
         _section_shards(records),
@@ -517,9 +469,6 @@ def render_markdown(
         if section:
             lines += [""] + section
     return "\n".join(line.rstrip() if line.strip() else "" for line in lines) + "\n"
-
-
-# --------------------------------------------------------------------------- terminal
 
 
 def render_terminal(report: ReportInput) -> list[str]:

@@ -1,8 +1,5 @@
-"""The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge).
-
-Every surface that renders the markdown report calls :func:`report_markdown`, so a hook's
-sections appear everywhere the report does (docs/hooks.md); ``report.render`` stays pure.
-"""
+"""The report's markdown with the sections of ``pytest_selfheal_report_sections`` hooks (edge):
+every surface renders through :func:`report_markdown`, so they appear wherever the report does."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ HOOK_NAME = "pytest_selfheal_report_sections"
 
 
 def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The sections the hooks of ``pm`` add to ``report``; a hook that raises or returns
-    anything else is a one-line ConfigError naming its plugin where it can."""
+    """The sections the hooks of ``pm`` add to ``report``; a bad hook is a one-line ConfigError."""
     try:
         sections = hooks.report_sections(pm, report)
     except Exception as exc:  # a third-party hook: report it in one line, never a traceback
@@ -37,17 +33,13 @@ def hook_sections(pm: Optional[pluggy.PluginManager], report: Mapping[str, Any])
 
 
 def report_markdown(report: ReportInput, pm: Optional[pluggy.PluginManager], *, headline: bool = False) -> str:
-    """``render_markdown(report)`` plus the sections of the report-section hooks of ``pm``
-    (``report``: a report, or the JSON of one, such as the ``selfheal ci`` document); a hook
-    is given the report JSON."""
+    """``render_markdown(report)`` plus the hooks' sections (a hook is given the report JSON)."""
     payload = report if isinstance(report, Mapping) else report.to_json()
     return render_markdown(as_report(report), headline=headline, extra_sections=hook_sections(pm, payload))
 
 
-# The report's sections by what a reader with little room needs first: the verdict (the
-# headline), what to do and the decision (0), why the loop stopped (1) -- below
-# ESSENTIAL_VALUE, never left out -- then what failed and the plan, the history, the
-# settings. A hook's section ranks last.
+# The report's sections by what a reader with little room needs first; below ESSENTIAL_VALUE
+# never left out; a hook's section ranks last.
 SECTION_VALUE: Mapping[str, int] = {
     "### Recommended Next Action": 0,
     "### Decision Point": 0,
@@ -71,8 +63,7 @@ _HOOK_VALUE = 9
 
 
 def report_section_value(block: str) -> int:
-    """The :data:`SECTION_VALUE` of one block of the markdown report (its heading line); the
-    headline before the first heading (``**selfheal: …**``, the verdict) is 0."""
+    """The :data:`SECTION_VALUE` of one block of the markdown report; the headline's is 0."""
     heading = block.split("\n", 1)[0].strip()
     if not heading.startswith("#"):
         return 0

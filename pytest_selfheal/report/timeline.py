@@ -1,8 +1,4 @@
-"""The report's Loop Timeline: one incident's loop as a small mermaid flowchart (pure).
-
-Labels keep only characters mermaid cannot read as syntax; at most
-``MERMAID_MAX_ITERATIONS`` iterations are drawn, the earlier ones counted in one node.
-"""
+"""The report's Loop Timeline: one incident's loop as a small mermaid flowchart (pure)."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ def _mermaid_label(value: str) -> str:
 
 
 def mermaid_timeline(entry: ReportIncident) -> list[str]:
-    """One incident's loop as a small mermaid flowchart: the capture, each iteration (its mode,
-    passed or how many failing, whether the fingerprint changed), the stop."""
+    """One incident's loop as a mermaid flowchart: the capture, each iteration, the stop."""
     capture_count = len(entry.capture_tests) or len(entry.capture_fingerprints)
     nodes = [f'  c0["capture: {capture_count} failing"]']
     edges: list[str] = []
