@@ -51,7 +51,9 @@ def test_a_line_carries_the_tone_of_its_record() -> None:
 def test_every_stop_reason_has_one_row_of_facts() -> None:
     assert set(STOPS) == set(StopReason)
     for reason, facts in STOPS.items():
-        assert stop_message(reason, policy.LoopPolicy(), [], 1, 2, 2, 2, 2, 1.0), reason  # every name is computed
+        seen = [policy.Observation(0, {"t::a": "failed"}, ("f1",), ("TEST_ASSERTION",), "d0"),
+                policy.Observation(1, {"t::a": "failed"}, ("f1",), ("TEST_ASSERTION",), "d1")]
+        assert stop_message(reason, policy.LoopPolicy(), seen, 1, 2, 2, 2, 2, 1.0), reason  # every name is computed
         assert facts.options and facts.next_action.format(id="ID")
     with pytest.raises(ValueError, match="unknown stop reason 'nope'"):
         stop_facts("nope")
