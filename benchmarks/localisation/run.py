@@ -51,7 +51,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -528,18 +527,24 @@ def table(rows: dict[str, list[Row]]) -> str:
     return "\n".join(out)
 
 
-def ranked_again(got: dict[str, Any]) -> tuple[list[Suspect], dict[FunctionKey, tuple[int, int]]]:
+# A function of a kept spectrum: how many failing and passing tests ran it, its spectrum score.
+Ran = tuple[int, int, float]
+
+
+def ranked_again(got: dict[str, Any]) -> tuple[list[Suspect], dict[FunctionKey, Ran]]:
     """A kept mode's first action's suspects ranked with this code (over its kept spectrum,
-    when it has one), and how many failing and passing tests of that spectrum ran each function."""
+    when it has one), and each function of that spectrum (:data:`Ran`)."""
     failures: Sequence[Failure] = [Failure.from_json(f, "failure") for f in got.get("failures", [])]
     kept = got.get("spectrum") or {}
     functions: list[FunctionKey] = [(str(p), str(n), int(line)) for p, n, line in kept.get("functions", [])]
     covered = {n: frozenset(functions[i] for i in ran) for kind in ("failed", "passed")
                for n, ran in kept.get(kind, {}).items()}
     failed, passed = set(kept.get("failed", {})), set(kept.get("passed", {}))
+    spectrum = spectrum_evidence(covered, failed, passed)
     if failed:
-        failures = with_spectra(failures, spectrum_evidence(covered, failed, passed))
-    counts = {k: (sum(k in covered[n] for n in failed), sum(k in covered[n] for n in passed)) for k in functions}
+        failures = with_spectra(failures, spectrum)
+    counts = {k: (sum(k in covered[n] for n in failed), sum(k in covered[n] for n in passed),
+                  spectrum.scores.get(k, 0.0)) for k in functions}
     ranked = rank_failures(failures)
     return (list(ranked[0].suspects) if ranked else []), counts
 
@@ -555,16 +560,16 @@ def faults_table(details: list[dict[str, Any]], mode: str = "localised") -> str:
             continue
         suspects, counts = ranked_again(got)
         answers = {tuple(a) for a in detail["answers"]}
-        ran = partial(_ran, counts)
         found = [i for i, s in enumerate(suspects) if (s.path, s.name.split(".<locals>")[0]) in answers]
         rank = found[0] + 1 if found else None
         hits[0] += rank == 1
         hits[1] += rank is not None and rank <= 3
         path, name = detail["answers"][0]
-        score = f"{suspects[found[0]].score:.3f}" if found else "—"
-        leaders = [f"{s.name} {s.score:.3f} ({ran(s.path, s.name)})" for s in suspects[:3]]
+        scored = _ran(counts, path, name, True)
+        score = f"{suspects[found[0]].score:.3f}" if found else f"unlisted (spectrum {max((c[2] for c in scored), default=0):.3f})"
+        leaders = [f"{s.name} {s.score:.3f} ({_counted(_ran(counts, s.path, s.name))})" for s in suspects[:3]]
         out.append(f"| {detail['project']} {name}{':' + str(detail['line']) if detail.get('new') else ''} | "
-                   f"{rank or '—'} | {score}, {ran(path, name)} | " + " | ".join(leaders + [""] * (3 - len(leaders)))
+                   f"{rank or '—'} | {score}, {_counted(scored)} | " + " | ".join(leaders + [""] * (3 - len(leaders)))
                    + " |")
     n = len(out) - 2
     out.append(f"\n{n} faults: top-1 {hits[0]} ({_share([True] * hits[0] + [False] * (n - hits[0]))}), "
@@ -572,9 +577,15 @@ def faults_table(details: list[dict[str, Any]], mode: str = "localised") -> str:
     return "\n".join(out)
 
 
-def _ran(counts: dict[FunctionKey, tuple[int, int]], path: str, name: str) -> str:
-    """``failing / passing``: how many tests of a kept spectrum ran the function."""
-    seen = [c for k, c in counts.items() if k[:2] == (path, name)]
+def _ran(counts: dict[FunctionKey, Ran], path: str, name: str, nested: bool = False) -> list[Ran]:
+    """What a kept spectrum says of the function (``nested``: and of code nested in it, as
+    ``same`` counts an answer)."""
+    return [c for k, c in counts.items()
+            if k[0] == path and (k[1] == name or nested and k[1].startswith(name + ".<locals>."))]
+
+
+def _counted(seen: list[Ran]) -> str:
+    """``failing / passing``: how many tests ran the function (the most of its ``_ran``)."""
     return f"{max(c[0] for c in seen)} / {max(c[1] for c in seen)}" if seen else "? / ?"
 
 
