@@ -332,9 +332,10 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
                 incidents = sorted((root / ".selfheal").glob("**/incident.json"))
                 if options.keep and incidents:
                     # The evidence the plan was built from, to study a ranking without re-running.
-                    detail[mode]["failures"] = json.loads(incidents[0].read_text())["failures"]
-                    if mode in AFTER_FIRST_ITERATION:
-                        detail[mode]["spectrum"] = spectrum_of(root, detail[mode]["failures"], case.options)
+                    incident = json.loads(incidents[0].read_text())
+                    detail[mode]["failures"] = incident["failures"]
+                    if mode in AFTER_FIRST_ITERATION:  # with the options the localisation run has
+                        detail[mode]["spectrum"] = spectrum_of(root, incident["failures"], incident["pytest_options"])
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
@@ -370,7 +371,8 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
 
 
 def spectrum_of(root: Path, failures: list[dict[str, Any]], options: Sequence[str]) -> dict[str, Any]:
-    """The spectrum of the failing tests' files below ``root`` (``record_spectrum``, in a child)."""
+    """The spectrum of the failing tests' files below ``root`` (``record_spectrum``, in a child)
+    run with ``options``: those the capture recorded, as the localisation run (no ``--deselect``)."""
     files = sorted({f for f in (selection_file(str(x.get("nodeid") or "")) for x in failures) if f})
     out = root.parent / "spectrum.json"
     subprocess.run([sys.executable, __file__, SPECTRUM_OF, str(out), *files, *options], cwd=root, check=False,
