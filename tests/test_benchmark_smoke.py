@@ -6,6 +6,7 @@ minute on the 2-core machine, which it cannot spare."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -126,6 +127,18 @@ def test_localisation_benchmark_prints_its_table(tmp_path: Path) -> None:
                         tmp_path)
     assert "2 faults kept of 2 tried (caches 1, textfmt 1)" in out
     assert "| previous | 2 |" in out and "| evidence | 2 |" in out and "| fauxpy | not run |" in out
+
+
+def test_localisation_benchmark_ranks_a_kept_round_again_per_fault(tmp_path: Path) -> None:
+    # The localised mode keeps its spectrum: --faults ranks each fault again from it alone,
+    # with the leaders' counts of failing and passing tests.
+    kept = tmp_path / "round.jsonl"
+    run_benchmark("localisation/run.py", ["--corpus", "written", "--limit", "1", "--modes", "localised",
+                                          "--keep-evidence", "--json", str(kept)], tmp_path)
+    assert all(json.loads(line)["localised"]["spectrum"]["failed"] for line in kept.read_text().splitlines())
+    out = run_benchmark("localisation/run.py", ["--faults", str(kept)], tmp_path)
+    assert out.startswith("| fault | rank | answer: score, failing / passing | 1st |"), out
+    assert "2 faults: top-1 " in out and " / " in out.splitlines()[2]
 
 
 def test_localisation_benchmark_prints_the_regressions_apart(tmp_path: Path) -> None:

@@ -21,8 +21,15 @@ Each kind has its own table, and with both (``--corpus all``) a table of all.
 
     python benchmarks/localisation/run.py [--corpus pypi|regressions|all|written] [--limit N per project]
         [--jobs N] [--modes previous,evidence,spectrum,localised,fauxpy] [--projects NAME,...]
-        [--fauxpy PYTHON] [--json FILE]
+        [--fauxpy PYTHON] [--json FILE [--keep-evidence]]
     python benchmarks/localisation/run.py --table FILE   # the tables of a --json FILE
+    python benchmarks/localisation/run.py --faults FILE  # per fault, ranked again with this code
+
+``--keep-evidence`` keeps each mode's incident failures and, for ``localised``, the
+spectrum of its failing tests' files (what the localisation run records, recorded again):
+``--faults`` then ranks each fault again with the code as it is (the first action's leaders,
+their scores and how many failing / passing tests ran each), so a change to the ranking is
+measured on a kept round without running it again.
 
 FauxPy (``pip install fauxpy``, the benchmark environment only) is run with
 ``--fauxpy PYTHON`` (an interpreter whose environment has it and pytest): its SBFL
@@ -36,6 +43,7 @@ import argparse
 import csv
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import subprocess
@@ -46,6 +54,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
@@ -53,7 +63,11 @@ import pypi
 import regressions
 from corpus import Mutant
 
-from pytest_selfheal.plan.groups import group_by_root_cause
+from pytest_selfheal.capture.spectrum import SpectrumHook
+from pytest_selfheal.loop.localise import with_spectra
+from pytest_selfheal.plan.build import rank_failures
+from pytest_selfheal.plan.groups import group_by_root_cause, selection_file
+from pytest_selfheal.plan.suspects import FunctionKey, Suspect, spectrum_evidence
 from pytest_selfheal.records.incident import Failure
 
 MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spectrum"],
@@ -61,6 +75,8 @@ MODES = {"evidence": ["--selfheal"], "spectrum": ["--selfheal", "--selfheal-spec
 # Modes whose plan is read after the loop's first iteration (its localisation run first).
 AFTER_FIRST_ITERATION = {"localised"}
 PLAIN_TIMEOUT = 120
+# run.py's own first argument for recording a spectrum in a child (``record_spectrum``).
+SPECTRUM_OF = "--spectrum-of"
 
 
 class Case(NamedTuple):
@@ -316,7 +332,10 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
                 incidents = sorted((root / ".selfheal").glob("**/incident.json"))
                 if options.keep and incidents:
                     # The evidence the plan was built from, to study a ranking without re-running.
-                    detail[mode]["failures"] = json.loads(incidents[0].read_text())["failures"]
+                    incident = json.loads(incidents[0].read_text())
+                    detail[mode]["failures"] = incident["failures"]
+                    if mode in AFTER_FIRST_ITERATION:  # with the options the localisation run has
+                        detail[mode]["spectrum"] = spectrum_of(root, incident["failures"], incident["pytest_options"])
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
@@ -351,7 +370,37 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
     return details, tried
 
 
+def spectrum_of(root: Path, failures: list[dict[str, Any]], options: Sequence[str]) -> dict[str, Any]:
+    """The spectrum of the failing tests' files below ``root`` (``record_spectrum``, in a child)
+    run with ``options``: those the capture recorded, as the localisation run (no ``--deselect``)."""
+    files = sorted({f for f in (selection_file(str(x.get("nodeid") or "")) for x in failures) if f})
+    out = root.parent / "spectrum.json"
+    subprocess.run([sys.executable, __file__, SPECTRUM_OF, str(out), *files, *options], cwd=root, check=False,
+                   capture_output=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
+    return json.loads(out.read_text()) if out.is_file() else {}
+
+
+def record_spectrum(out: Path, args: Sequence[str]) -> int:
+    """Run pytest on ``args`` here recording what each test ran, as the localisation run does,
+    and write to ``out`` the functions the failing tests ran and, per test, those of them it ran."""
+    hook = SpectrumHook(os.getcwd())
+    # This process imported the plugin's package already: pytest cannot rewrite it, and says so.
+    pytest.main(["-q", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args],
+                plugins=[hook])
+    functions = sorted({k for n in hook.failed for k in hook.covered.get(n, ())})
+    index = {k: i for i, k in enumerate(functions)}
+
+    def ran(nodeids: set[str]) -> dict[str, list[int]]:
+        return {n: sorted(index[k] for k in hook.covered.get(n, ()) if k in index) for n in sorted(nodeids)}
+
+    out.write_text(json.dumps({"functions": functions, "failed": ran(hook.failed), "passed": ran(hook.passed)}))
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [SPECTRUM_OF]:
+        return record_spectrum(Path(argv[1]), argv[2:])
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--corpus", choices=["pypi", "written", "regressions", "all"], default="pypi",
                         help="pypi: the real projects' mutants; regressions: the real regressions; all: both")
@@ -366,10 +415,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--keep-evidence", action="store_true",
                         help="with --json: each mode's incident failures (root-cause evidence, spectrum) kept too")
     parser.add_argument("--table", metavar="FILE", default=None, help="print the tables of a --json FILE and stop")
+    parser.add_argument("--faults", metavar="FILE", default=None,
+                        help="print per fault of a --json FILE its localised ranking with this code, and stop")
     args = parser.parse_args(argv)
-    if args.table:
-        found = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.strip()]
-        print(tables(found, [m for m in MODES if any(m in d for d in found)]))
+    if args.table or args.faults:
+        found = [json.loads(line) for line in Path(args.table or args.faults).read_text().splitlines() if line.strip()]
+        print(tables(found, [m for m in MODES if any(m in d for d in found)]) if args.table else faults_table(found))
         return 0
     asked = [m for m in args.modes.split(",") if m]
     unknown = [m for m in asked if m not in (*MODES, "previous", "fauxpy")]
@@ -476,6 +527,68 @@ def table(rows: dict[str, list[Row]]) -> str:
                    f"{counts} | {statistics.median(d.seconds / d.plain for d in data):.2f} | {iteration} | "
                    f"{versus} |")
     return "\n".join(out)
+
+
+# A function of a kept spectrum: how many failing and passing tests ran it, its spectrum score.
+Ran = tuple[int, int, float]
+
+
+def ranked_again(got: dict[str, Any]) -> tuple[list[Suspect], dict[FunctionKey, Ran]]:
+    """A kept mode's first action's suspects ranked with this code (over its kept spectrum,
+    when it has one), and each function of that spectrum (:data:`Ran`)."""
+    failures: Sequence[Failure] = [Failure.from_json(f, "failure") for f in got.get("failures", [])]
+    kept = got.get("spectrum") or {}
+    functions: list[FunctionKey] = [(str(p), str(n), int(line)) for p, n, line in kept.get("functions", [])]
+    covered = {n: frozenset(functions[i] for i in ran) for kind in ("failed", "passed")
+               for n, ran in kept.get(kind, {}).items()}
+    failed, passed = set(kept.get("failed", {})), set(kept.get("passed", {}))
+    spectrum = spectrum_evidence(covered, failed, passed)
+    if failed:
+        failures = with_spectra(failures, spectrum)
+    counts = {k: (sum(k in covered[n] for n in failed), sum(k in covered[n] for n in passed),
+                  spectrum.scores.get(k, 0.0)) for k in functions}
+    ranked = rank_failures(failures)
+    return (list(ranked[0].suspects) if ranked else []), counts
+
+
+def faults_table(details: list[dict[str, Any]], mode: str = "localised") -> str:
+    """Per fault of a ``--keep-evidence`` round: where its answer ranks in the first action
+    when ranked with this code, and the leaders (score, failing / passing tests that ran each)."""
+    out = ["| fault | rank | answer: score, failing / passing | 1st | 2nd | 3rd |", "|---|---|---|---|---|---|"]
+    hits = [0, 0]
+    for detail in details:
+        got = detail.get(mode)
+        if not isinstance(got, dict) or not got.get("failures"):
+            continue
+        suspects, counts = ranked_again(got)
+        answers = {tuple(a) for a in detail["answers"]}
+        found = [i for i, s in enumerate(suspects) if (s.path, s.name.split(".<locals>")[0]) in answers]
+        rank = found[0] + 1 if found else None
+        hits[0] += rank == 1
+        hits[1] += rank is not None and rank <= 3
+        path, name = detail["answers"][0]
+        scored = _ran(counts, path, name, True)
+        score = f"{suspects[found[0]].score:.3f}" if found else f"unlisted (spectrum {max((c[2] for c in scored), default=0):.3f})"
+        leaders = [f"{s.name} {s.score:.3f} ({_counted(_ran(counts, s.path, s.name))})" for s in suspects[:3]]
+        out.append(f"| {detail['project']} {name}{':' + str(detail['line']) if detail.get('new') else ''} | "
+                   f"{rank or '—'} | {score}, {_counted(scored)} | " + " | ".join(leaders + [""] * (3 - len(leaders)))
+                   + " |")
+    n = len(out) - 2
+    out.append(f"\n{n} faults: top-1 {hits[0]} ({_share([True] * hits[0] + [False] * (n - hits[0]))}), "
+               f"top-3 {hits[1]} ({_share([True] * hits[1] + [False] * (n - hits[1]))})")
+    return "\n".join(out)
+
+
+def _ran(counts: dict[FunctionKey, Ran], path: str, name: str, nested: bool = False) -> list[Ran]:
+    """What a kept spectrum says of the function (``nested``: and of code nested in it, as
+    ``same`` counts an answer)."""
+    return [c for k, c in counts.items()
+            if k[0] == path and (k[1] == name or nested and k[1].startswith(name + ".<locals>."))]
+
+
+def _counted(seen: list[Ran]) -> str:
+    """``failing / passing``: how many tests ran the function (the most of its ``_ran``)."""
+    return f"{max(c[0] for c in seen)} / {max(c[1] for c in seen)}" if seen else "? / ?"
 
 
 def _ranking_seconds(row: Row) -> float:
