@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -81,8 +81,8 @@ def encode(segment: Segment) -> bytes:
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "runs": [
-            {"run": {name: getattr(item.run, name) for name in RUN_FIELDS},
-             "outcomes": [[o.nodeid, o.outcome, o.fingerprint, o.failure_class] for o in item.outcomes]}
+            {"run": asdict(item.run),
+             "outcomes": [list(astuple(o)) for o in item.outcomes]}
             for item in segment.runs
         ],
         **replaces,

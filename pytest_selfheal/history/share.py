@@ -39,10 +39,9 @@ from pytest_selfheal.history.segments import (
     segment_name,
     tree_path,
 )
-from pytest_selfheal.history.sources import judge_event
+from pytest_selfheal.history.sources import DEFAULT_REMOTE, ActionsContext, judge_event
 from pytest_selfheal.redact import default_redactor
 
-DEFAULT_REMOTE = "origin"
 HISTORY_REF = "refs/selfheal/history"
 PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one through
 READ_BATCH_BYTES = 32 * 1024 * 1024  # the most segment bytes a pull holds at once
@@ -142,8 +141,8 @@ def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterat
 def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) -> None:
     """Only runs of merged code (``history/sources.py``) or a person outside Actions write the
     shared history; every other event reads it only."""
-    base = judge_event(env, None, project_root)
-    if not base.shares:
+    base = judge_event(ActionsContext.from_env(env), None, project_root)
+    if base.unmerged:
         raise RefusedError(f"selfheal history {what}: the {base.event} event tests code not merged yet: it reads "
                            "the shared history and never writes it (its runs stay in this job's own history)")
 
