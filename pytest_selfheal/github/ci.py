@@ -226,7 +226,7 @@ def _write_report_files(markdown: str, document: Mapping[str, Any], md_path: Pat
 
 def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], options: CiOptions,
              rep: _Reporter) -> None:
-    """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
+    """Job summary, step outputs (not with ``post_only``), the PR comment; each failure a warning in ``result``."""
     if not options.post_only:
         write_step_summary(result.markdown, env, full_report=str(result.report_path) if result.report_path else None)
         write_outputs(result.outputs(), env)
@@ -238,6 +238,7 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
         result.comment = post_comment(ctx, result.pull_request, result.markdown + comment_footer(info),
                                       name=options.report_name, create=create,
                                       expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say)
+    result.warnings = rep.warnings
 
 
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
@@ -391,7 +392,6 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, rep=rep)
-    result.warnings = rep.warnings
     rep.say(f"selfheal ci: {verdict.final_status} — stop reason {verdict.stop_reason} "
             f"({verdict.iterations} iteration(s)); exit code {exit_code}"
             + (f"; report: {result.report_path}" if result.report_path else ""))
@@ -417,7 +417,6 @@ def comment_from_report(options: CiOptions, *, stream: Optional[IO[str]] = None)
     result = CiResult(EXIT_OK, info, markdown, report_path=path.with_suffix(".md") if path.with_suffix(".md").is_file()
                       else None, report_json_path=path, pull_request=number)
     _publish(result, ctx=ctx, env=source, options=options, rep=rep)
-    result.warnings = rep.warnings
     return result
 
 

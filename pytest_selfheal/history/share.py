@@ -35,6 +35,7 @@ from pytest_selfheal.history.segments import (
     local_segments,
     name_of_path,
     read_segment_files,
+    recorded_time,
     replaced_path,
     segment_name,
     tree_path,
@@ -354,14 +355,6 @@ def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     return PullResult(len(named), len(items), added, commit, tuple(line for _, line in refused))
 
 
-def _older(segment: Segment, cutoff: dt.datetime) -> bool:
-    try:
-        times = [dt.datetime.fromisoformat(item.run.recorded_at) for item in segment.runs]
-    except ValueError:
-        return False
-    return bool(times) and all((t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)) < cutoff for t in times)
-
-
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
                    now: Optional[dt.datetime] = None, auth: Optional[Mapping[str, str]] = None) -> CompactResult:
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one and push it."""
@@ -369,7 +362,9 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
 
     def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:
         decoded, _ = _decode_all(repo, sorted(tree.segments.values(), key=lambda e: e.path))
-        old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
+        # Accepted segments only: every recorded_at is a time.
+        old = [(name, seg) for name, seg in decoded
+               if seg.runs and all(recorded_time(item.run.recorded_at) < cutoff for item in seg.runs)]
         if len(old) < 2:
             return None, CompactResult(0, sum(len(s.runs) for _, s in old))
         merged = compact(old)
