@@ -52,17 +52,19 @@ def recording_ms(root: Path, failures: int, repeat: int) -> float:
     """Median milliseconds of the history's own work in a capture (``record_and_triage`` of
     ``failures`` failures into the persisted database), measured in this process."""
     from pytest_selfheal.config.keys import HistorySettings
-    from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+    from pytest_selfheal.history.recording import record_and_triage, run_info
+    from pytest_selfheal.history.records import FAILED, TestOutcome
+    from pytest_selfheal.history.sources import ActionsContext
     from pytest_selfheal.records.context import GitContext
 
-    failing = [Failing(f"test_gen_000.py::test_{i}", f"{i:012x}", "deterministic") for i in range(failures)]
+    failing = [TestOutcome(f"test_gen_000.py::test_{i}", FAILED, f"{i:012x}", "deterministic") for i in range(failures)]
     times: list[float] = []
     for n in range(repeat):
         start = time.perf_counter()
         record_and_triage(root / ".selfheal-inprocess", HistorySettings(),
-                          run_info(run_key=f"bench:{n}", kind="capture", project_root=root, env={},
+                          run_info(run_key=f"bench:{n}", kind="capture", project_root=root, actions=ActionsContext(),
                                    git=GitContext(branch="main", commit="0" * 40)),
-                          failing, project_root=root, env={})
+                          failing, project_root=root, actions=ActionsContext())
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from pytest_selfheal.github.actions_env import (
     STEP_SUMMARY_LIMIT,
-    ActionsContext,
     fit_step_summary,
     format_outputs,
     pull_request_number,
@@ -22,7 +21,7 @@ from pytest_selfheal.github.actions_env import (
     write_step_summary,
 )
 from pytest_selfheal.history import sources
-from pytest_selfheal.history.sources import actions_event
+from pytest_selfheal.history.sources import ActionsContext
 
 # --- a parser that reads $GITHUB_OUTPUT like the runner does ------------------------------------
 # (actions/runner, FileCommandManager: lines split on "\n" with an optional "\r"; NAME=VALUE,
@@ -193,32 +192,32 @@ def test_outputs_roundtrip_property(values: dict[str, str]) -> None:
 
 
 def test_read_event_tolerant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert ActionsContext().event() == {}
+    assert ActionsContext().event(warning) == {}
     assert capsys.readouterr().out == ""
-    assert ActionsContext(event_path=str(tmp_path / "missing.json")).event() == {}
+    assert ActionsContext(event_path=str(tmp_path / "missing.json")).event(warning) == {}
     assert "::warning::Could not read the event payload" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
-    assert ActionsContext(event_path=str(bad)).event() == {}
+    assert ActionsContext(event_path=str(bad)).event(warning) == {}
     assert "not valid JSON" in capsys.readouterr().out
     array = tmp_path / "array.json"
     array.write_text("[1, 2]", encoding="utf-8")
-    assert ActionsContext(event_path=str(array)).event() == {}
+    assert ActionsContext(event_path=str(array)).event(warning) == {}
     assert "not a JSON object" in capsys.readouterr().out
     good = tmp_path / "event.json"
     good.write_text(json.dumps({"number": 5}), encoding="utf-8")
-    assert ActionsContext(event_path=str(good)).event() == {"number": 5}
+    assert ActionsContext(event_path=str(good)).event(warning) == {"number": 5}
 
 
 def test_one_reader_of_the_event_payload_bounds_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     big = tmp_path / "event.json"
     big.write_text(json.dumps({"pull_request": {"base": {"sha": "a" * 40}}}), encoding="utf-8")
-    assert actions_event({"GITHUB_EVENT_PATH": str(big)})["pull_request"] == {"base": {"sha": "a" * 40}}
+    assert ActionsContext.from_env({"GITHUB_EVENT_PATH": str(big)}).event()["pull_request"] == {"base": {"sha": "a" * 40}}
     monkeypatch.setattr(sources, "MAX_EVENT_BYTES", 16)
-    assert ActionsContext(event_path=str(big)).event() == {}
+    assert ActionsContext(event_path=str(big)).event(warning) == {}
     assert f"::warning::The event payload {big} is larger than 16 bytes." in capsys.readouterr().out
-    assert actions_event({"GITHUB_EVENT_PATH": str(big)}) == {}  # the history reads it silently
+    assert ActionsContext.from_env({"GITHUB_EVENT_PATH": str(big)}).event() == {}  # the history reads it silently
     assert capsys.readouterr().out == ""
 
 

@@ -17,8 +17,8 @@ from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT
 from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history.db import HISTORY_FILE, SCHEMA_VERSION, HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.sources import judge_event, read_quarantine
+from pytest_selfheal.history.recording import record_and_triage, run_info
+from pytest_selfheal.history.sources import ActionsContext, judge_event, read_quarantine
 from pytest_selfheal.history.triage import (
     QuarantineEntry,
     add_entry,
@@ -263,7 +263,7 @@ def test_on_a_pull_request_the_list_comes_from_the_base_revision(tmp_path: Path)
     assert (missing, warnings) == ([], [])
     outside, warnings = read_quarantine(project, "../x.yml", today=TODAY)
     assert outside == [] and "inside the project" in warnings[0]
-    pr = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"}
+    pr = ActionsContext(in_actions=True, event_name="pull_request")
     assert judge_event(pr, {"pull_request": {"base": {"sha": base}}}, project).revision == base
     assert judge_event(pr, {"pull_request": {"base": {"sha": "; rm -rf /"}}}, project).revision is None
 
@@ -364,22 +364,22 @@ def test_a_pull_request_run_is_triaged_against_main_and_the_base_quarantine(tmp_
     base = git_head(project)
     root = project / ".selfheal"
     settings = HistorySettings()
-    main_env = {"GITHUB_REF_NAME": "main", "GITHUB_SHA": base, "GITHUB_RUN_ID": "1"}
+    main_env = ActionsContext(ref_name="main", sha=base, run_id="1")
     first = record_and_triage(root, settings, run_info(run_key="push-1", kind=hr.CAPTURE, project_root=project,
-                                                       env=main_env),
-                              [Failing("t.py::known", "fpk")], project_root=project, env=main_env)
+                                                       actions=main_env),
+                              [failed("t.py::known", "fpk")], project_root=project, actions=main_env)
     assert first.triage["t.py::known"].label == "new"  # the run does not make itself known
     # The PR quarantines its own new failure: ignored, the list comes from the base revision.
     (project / ".selfheal-quarantine.yml").write_text("quarantine:\n  - test: t.py::new\n    reason: mine\n")
     git_commit_all(project, "PR")
-    pr_env = {"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "2",
-              "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"}
+    pr_env = ActionsContext.from_env({"GITHUB_BASE_REF": "main", "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "2",
+                                      "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"})
     event = {"pull_request": {"base": {"sha": base}}}
     result = record_and_triage(
-        root, settings, run_info(run_key="pr-2", kind=hr.LOOP, project_root=project, env=pr_env),
-        [Failing("t.py::known", "fpk"), Failing("t.py::new", "fpn"), Failing("t.py::flaky", "fpf"),
-         Failing("t.py::base_q", "fpq")],
-        project_root=project, passed_on_rerun=["t.py::flaky"], env=pr_env, event=event)
+        root, settings, run_info(run_key="pr-2", kind=hr.LOOP, project_root=project, actions=pr_env),
+        [failed("t.py::known", "fpk"), failed("t.py::new", "fpn"), failed("t.py::flaky", "fpf", hr.PASSED_ON_RERUN),
+         failed("t.py::base_q", "fpq")],
+        project_root=project, actions=pr_env, event=event)
     labels = {nodeid: t.label for nodeid, t in result.triage.items()}
     assert labels == {"t.py::known": "known", "t.py::new": "new", "t.py::flaky": "flaky", "t.py::base_q": "quarantined"}
     assert result.base_branch == "main" and result.warnings == []
@@ -404,9 +404,10 @@ def test_a_fork_pull_requests_own_main_runs_are_not_known_on_main(tmp_path: Path
     fork["GITHUB_EVENT_PATH"] = str(event_file)
 
     def triage(key: str, env: dict[str, str]) -> str:
+        actions = ActionsContext.from_env(env)
         done = record_and_triage(root, HistorySettings(), run_info(run_key=key, kind=hr.CAPTURE, project_root=project,
-                                                                   env=env),
-                                 [Failing("t.py::mine", "fpm")], project_root=project, env=env)
+                                                                   actions=actions),
+                                 [failed("t.py::mine", "fpm")], project_root=project, actions=actions)
         return str(done.triage["t.py::mine"].label)
 
     assert [triage("fork-1", fork), triage("fork-2", fork)] == ["new", "new"]
@@ -425,13 +426,13 @@ def test_an_unusable_history_is_a_warning_and_triage_still_answers(tmp_path: Pat
     root.mkdir()
     (root / HISTORY_FILE).write_bytes(b"not a database at all" * 100)
     result = record_and_triage(root, HistorySettings(), run_info(run_key="r", kind=hr.CAPTURE, project_root=project,
-                                                                 env={}),
-                               [Failing("t.py::a", "fpa")], project_root=project, env={})
+                                                                 actions=ActionsContext()),
+                               [failed("t.py::a", "fpa")], project_root=project, actions=ActionsContext())
     assert result.triage["t.py::a"].label == "new"
     assert len(result.warnings) == 1 and "history unavailable" in result.warnings[0]
-    disabled = record_and_triage(root, HistorySettings(enabled=False), run_info(run_key="r", kind=hr.CAPTURE,
-                                                                                project_root=project, env={}),
-                                 [Failing("t.py::a", "fpa")], project_root=project, env={})
+    disabled = record_and_triage(root, HistorySettings(enabled=False), run_info(
+        run_key="r", kind=hr.CAPTURE, project_root=project, actions=ActionsContext()),
+        [failed("t.py::a", "fpa")], project_root=project, actions=ActionsContext())
     assert disabled.triage == {} and disabled.warnings == []
 
 
@@ -497,13 +498,13 @@ def test_the_triage_figure_counts_this_runs_failure_as_selfheal_flaky_does(tmp_p
     project = make_project(tmp_path / "p", {"test_a.py": "def test_a():\n    pass\n"})
     root = project / ".selfheal"
 
-    def triage(key: str, passed_on_rerun: tuple[str, ...] = ()) -> Triage:
-        info = run_info(run_key=key, kind=hr.CAPTURE, project_root=project, env={})
-        return record_and_triage(root, HistorySettings(), info, [Failing("t.py::f", "fp")], project_root=project,
-                                 env={}, passed_on_rerun=passed_on_rerun).triage["t.py::f"]
+    def triage(key: str, outcome: str = hr.FAILED) -> Triage:
+        info = run_info(run_key=key, kind=hr.CAPTURE, project_root=project, actions=ActionsContext())
+        return record_and_triage(root, HistorySettings(), info, [failed("t.py::f", "fp", outcome)],
+                                 project_root=project, actions=ActionsContext()).triage["t.py::f"]
 
     triage("r1")
-    triage("r2", passed_on_rerun=("t.py::f",))
+    triage("r2", hr.PASSED_ON_RERUN)
     third = triage("r3")
     with HistoryDB.open(root) as db:
         (rate,) = db.flake_rates("2000-01-01T00:00:00+00:00")

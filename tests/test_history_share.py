@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from helpers import PY, capture, cli, make_project, run_env
@@ -22,7 +23,7 @@ from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
 from pytest_selfheal.history.db import APPLICATION_ID, MIGRATIONS, HistoryDB
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.recording import record_and_triage, run_info
 from pytest_selfheal.history.segments import (
     MAX_OUTCOMES,
     Segment,
@@ -36,6 +37,7 @@ from pytest_selfheal.history.segments import (
     single_run,
     write_segment,
 )
+from pytest_selfheal.history.sources import ActionsContext
 
 FAILING_TESTS = {
     "test_a.py": "def test_a():\n    assert 1 == 2\n",
@@ -66,13 +68,17 @@ def shared_tree(clone: Path) -> list[str]:
     return run_git(clone, ["ls-tree", "-r", "--name-only", commit]).decode().split()
 
 
-def record(root: Path, project: Path, key: str, failing: list[Failing], *, branch: str = "main",
+def record(root: Path, project: Path, key: str, failing: list[hr.TestOutcome], *, branch: str = "main",
            at: str = "") -> None:
-    env = {"GITHUB_REF_NAME": branch, "GITHUB_SHA": "c0ffee" * 6 + "c0ff"}
+    ci = ActionsContext(ref_name=branch, sha="c0ffee" * 6 + "c0ff")
     now = dt.datetime.fromisoformat(at) if at else None
-    record_and_triage(root, HistorySettings(), run_info(run_key=key, kind=hr.CAPTURE, project_root=project, env=env,
+    record_and_triage(root, HistorySettings(), run_info(run_key=key, kind=hr.CAPTURE, project_root=project, actions=ci,
                                                         now=now),
-                      failing, project_root=project, env=env)
+                      failing, project_root=project, actions=ci)
+
+
+def failed(nodeid: str, fingerprint: str, failure_class: Optional[str] = None) -> hr.TestOutcome:
+    return hr.TestOutcome(nodeid, hr.FAILED, fingerprint, failure_class)
 
 
 def recorded_runs(root: Path) -> dict[str, list[str]]:
@@ -122,8 +128,8 @@ def test_three_shards_push_at_once_and_a_pull_request_clone_sees_every_run_as_kn
 
 def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
-    record(first / ".selfheal", first, "capture:first", [Failing("t.py::a", "fa")])
-    record(second / ".selfheal", second, "capture:second", [Failing("t.py::b", "fb")])
+    record(first / ".selfheal", first, "capture:first", [failed("t.py::a", "fa")])
+    record(second / ".selfheal", second, "capture:second", [failed("t.py::b", "fb")])
     real_fetch = share.fetch
     raced: list[str] = []
 
@@ -147,7 +153,7 @@ def test_a_push_that_loses_the_race_fetches_again_and_succeeds(tmp_path: Path, m
 def test_a_segment_pushed_twice_counts_once(tmp_path: Path) -> None:
     first, second, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
     root = first / ".selfheal"
-    record(root, first, "capture:one", [Failing("t.py::a", "fa"), Failing("t.py::b", "fb")])
+    record(root, first, "capture:one", [failed("t.py::a", "fa"), failed("t.py::b", "fb")])
     assert share.push(first, root).pushed == 1
     again = share.push(first, root)
     assert (again.pushed, again.already) == (0, 1)
@@ -172,9 +178,9 @@ def test_compaction_merges_old_segments_and_keeps_every_run(tmp_path: Path) -> N
     writer, other, reader = remote_with_clones(tmp_path, 3, {"t.py": ""})
     root = writer / ".selfheal"
     for n in range(3):
-        record(root, writer, f"capture:old{n}", [Failing(f"t.py::old{n}", f"f{n}")],
+        record(root, writer, f"capture:old{n}", [failed(f"t.py::old{n}", f"f{n}")],
                at=f"2026-01-0{n + 1}T00:00:00+00:00")
-    record(root, writer, "capture:new", [Failing("t.py::new", "fn")], at="2026-11-20T00:00:00+00:00")
+    record(root, writer, "capture:new", [failed("t.py::new", "fn")], at="2026-11-20T00:00:00+00:00")
     shutil.copytree(root / "history-segments", other / ".selfheal" / "history-segments")
     assert share.push(writer, root).pushed == 4
     now = dt.datetime(2026, 11, 26, tzinfo=dt.timezone.utc)
@@ -198,7 +204,7 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
     assert cli("history", cwd=clone).returncode == 4  # nothing recorded yet
     code, out, _ = cli("history", "pull", cwd=clone)
     assert code == EXIT_OK and "pulled 0 new segment(s) from origin refs/selfheal/history (none there yet)" in out
-    record(clone / ".selfheal", clone, "capture:1", [Failing("t.py::a", "fa1234567890", "deterministic")],
+    record(clone / ".selfheal", clone, "capture:1", [failed("t.py::a", "fa1234567890", "deterministic")],
            at="2026-11-20T10:00:00+00:00")
     code, out, _ = cli("history", cwd=clone)
     assert code == EXIT_OK and out.splitlines() == [
@@ -215,7 +221,7 @@ def test_the_history_command_lists_recent_runs_and_reports_bad_input(tmp_path: P
     assert code == EXIT_IO and err.startswith("selfheal: error: git fetch nowhere: ") and err.count("\n") == 1
     # --dir relative to a subfolder: the segments are found where the user means, git runs at the top.
     (clone / "sub").mkdir()
-    record(clone / "sub" / "elsewhere", clone, "capture:2", [Failing("t.py::b", "fb")])
+    record(clone / "sub" / "elsewhere", clone, "capture:2", [failed("t.py::b", "fb")])
     code, out, _ = cli("history", "push", "--dir", "elsewhere", cwd=clone / "sub")
     assert code == EXIT_OK and out.startswith("pushed 1 segment(s) to origin refs/selfheal/history"), out
     # Credentials in a remote URL never reach the terminal.
@@ -296,7 +302,7 @@ def test_a_version_1_database_is_migrated_with_its_runs(tmp_path: Path) -> None:
 
 def test_with_a_token_git_works_in_a_scratch_repository_and_never_reads_the_projects_config(tmp_path: Path) -> None:
     clone, reader = remote_with_clones(tmp_path, 2, {"t.py": ""})
-    record(clone / ".selfheal", clone, "capture:1", [Failing("t.py::a", "fa")])
+    record(clone / ".selfheal", clone, "capture:1", [failed("t.py::a", "fa")])
     bare = str(tmp_path / "remote.git")
     # What a test could leave in .git/config: every fetch of the remote sent elsewhere.
     run_git(clone, ["config", f"url.{tmp_path / 'elsewhere.git'}.insteadOf", bare])

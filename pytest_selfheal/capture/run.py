@@ -20,8 +20,8 @@ from pytest_selfheal.capture.imports import local_imports
 from pytest_selfheal.capture.incident import Reports, attach_nodeids, build_incident
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.gitrepo import PendingSnapshot, git_snapshot, ignored
-from pytest_selfheal.history.recording import Failing, HistoryResult, record_and_triage, run_info
-from pytest_selfheal.history.records import CAPTURE
+from pytest_selfheal.history.recording import HistoryResult, record_and_triage, run_info
+from pytest_selfheal.history.records import CAPTURE, FAILED, PASSED_ON_RERUN, TestOutcome
 from pytest_selfheal.history.triage import rerun_count, triage_headline
 from pytest_selfheal.junit.reader import iter_testcases
 from pytest_selfheal.junit.writer import failure_text, junit_case
@@ -239,8 +239,9 @@ def _record_history(
     history = record_and_triage(
         reports_root, effective.settings.history,
         run_info(run_key=f"capture:{run_id}", kind=CAPTURE, project_root=rootdir, tests_run=counts.get("tests"), git=git),
-        [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in [*failures, *passed_on_rerun]],
-        project_root=rootdir, passed_on_rerun=[f.nodeid or f.test for f in passed_on_rerun],
+        [TestOutcome(f.nodeid or f.test, outcome, f.fingerprint, f.failure_class)
+         for outcome, group in ((FAILED, failures), (PASSED_ON_RERUN, passed_on_rerun)) for f in group],
+        project_root=rootdir,
     )
     if warnings is not None:
         warnings.extend(history.warnings)

@@ -22,16 +22,8 @@ from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions, act
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
 from pytest_selfheal.history.records import RunInfo, TestOutcome
 from pytest_selfheal.history.segments import is_segment_name
-from pytest_selfheal.history.share import (
-    DEFAULT_REMOTE,
-    HISTORY_REF,
-    compact_shared,
-    pull,
-    push,
-    refuse_unless_merged,
-    token_env,
-)
-from pytest_selfheal.history.sources import quarantine_path, read_quarantine
+from pytest_selfheal.history.share import HISTORY_REF, compact_shared, pull, push, refuse_unless_merged, token_env
+from pytest_selfheal.history.sources import DEFAULT_REMOTE, quarantine_path, read_quarantine
 from pytest_selfheal.history.triage import QuarantineEntry, add_entry, remove_entries
 from pytest_selfheal.redact import Redactor
 from pytest_selfheal.store import fsio

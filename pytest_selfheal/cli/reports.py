@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from pytest_selfheal.cli.options import DIR, arg, command, flag, json_flag, late
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, NotFoundError, UsageError
 from pytest_selfheal.history.db import HISTORY_FILE, HistoryDB, HistoryUnavailable
-from pytest_selfheal.history.sources import quarantine_in_force
+from pytest_selfheal.history.sources import ActionsContext, judge_event, quarantine_in_force
 from pytest_selfheal.junit.reruns import rerun_junit
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.report import Report
@@ -152,7 +151,8 @@ def junit_command(args: argparse.Namespace) -> int:
     if not ids:
         raise NotFoundError(f"no incident in {store.root}")
     incident_id = ids[0]
-    quarantine, warnings = quarantine_in_force(project, effective.settings.history.quarantine_file, os.environ)
+    quarantine, warnings = quarantine_in_force(project, effective.settings.history.quarantine_file,
+                                               judge_event(ActionsContext.from_env(), None, project))
     for warning in warnings:
         print(f"selfheal: warning: {warning}")
     cases = rerun_cases(store.read_incident(incident_id), store.read_attempts(incident_id), quarantine)

@@ -1,5 +1,5 @@
-"""The GitHub Actions environment: step summary, step outputs, event payload, annotations
-(edge; docs/github.md). A missing variable means "not in Actions", never an error."""
+"""The GitHub Actions environment: step summary, step outputs, annotations, an event's pull
+request (edge; docs/github.md). A missing variable means "not in Actions", never an error."""
 
 from __future__ import annotations
 
@@ -8,15 +8,11 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import IO, Any, Optional
 
-from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, dig, read_actions_event
+from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, dig
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
-
-DEFAULT_API_URL = "https://api.github.com"
-DEFAULT_SERVER_URL = "https://github.com"
 
 # Output names GitHub accepts in practice; anything else could break the file's format.
 _OUTPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -120,44 +116,3 @@ def pull_request_number(event_name: Optional[str], event: Mapping[str, Any]) -> 
         return _as_number(dig(prs[0], "number")) if isinstance(prs, list) and prs else None
     return _as_number(dig(event, "issue", "number")) if event_name == "issue_comment" and dig(
         event, "issue", "pull_request") else None
-
-
-@dataclass(frozen=True)
-class ActionsContext:
-    """The standard Actions environment variables ``selfheal ci`` reads (no token in the ``repr``)."""
-
-    api_url: str = DEFAULT_API_URL
-    server_url: str = DEFAULT_SERVER_URL
-    repository: Optional[str] = None  # owner/name
-    event_name: Optional[str] = None
-    event_path: Optional[str] = None
-    sha: Optional[str] = None
-    run_id: Optional[str] = None
-    run_attempt: Optional[str] = None
-    in_actions: bool = False
-    token: Optional[str] = field(default=None, repr=False)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ActionsContext:
-        """Read the context from ``env``; empty values count as unset."""
-        given = {name: env.get(f"GITHUB_{name.upper()}") or None for name in (
-            "repository", "event_name", "event_path", "sha", "run_id", "run_attempt", "token")}
-        return cls(api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
-                   server_url=(env.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
-                   in_actions=env.get("GITHUB_ACTIONS") == "true", **given)
-
-    @property
-    def run_url(self) -> Optional[str]:
-        if not self.repository or not self.run_id:
-            return None
-        url = f"{self.server_url}/{self.repository}/actions/runs/{self.run_id}"
-        if self.run_attempt and self.run_attempt != "1":
-            url += f"/attempts/{self.run_attempt}"
-        return url
-
-    def event(self) -> dict[str, object]:
-        """The event payload; ``{}`` without one, and a ``::warning::`` when it cannot be read."""
-        payload, problem = read_actions_event(self.event_path) if self.event_path else ({}, None)
-        if problem is not None:
-            warning(problem)
-        return payload

@@ -32,13 +32,7 @@ from pytest_selfheal.errors import (
     SelfhealError,
     UsageError,
 )
-from pytest_selfheal.github.actions_env import (
-    ActionsContext,
-    pull_request_number,
-    warning,
-    write_outputs,
-    write_step_summary,
-)
+from pytest_selfheal.github.actions_env import pull_request_number, warning, write_outputs, write_step_summary
 from pytest_selfheal.github.ci_inputs import DEFAULT_REPORT_NAME, CiOptions
 from pytest_selfheal.github.ci_verdict import (
     STOP_NONE,
@@ -57,14 +51,20 @@ from pytest_selfheal.github.client import (
 )
 from pytest_selfheal.github.new_tests import NewTestsRun, check_new_tests, summary_line
 from pytest_selfheal.history import records as hr
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.recording import record_and_triage, run_info
 from pytest_selfheal.history.segments import (
     ci_capture_run_id,
     local_segments,
     passed_on_rerun_in,
     this_run_segments,
 )
-from pytest_selfheal.history.sources import PULL_REQUEST_EVENTS, RunBase, judge_event, quarantine_in_force
+from pytest_selfheal.history.sources import (
+    PULL_REQUEST_EVENTS,
+    ActionsContext,
+    RunBase,
+    judge_event,
+    quarantine_in_force,
+)
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.sticky import ALREADY_STOPPED
 from pytest_selfheal.names import CI_RUN_ENV
@@ -226,7 +226,7 @@ def _write_report_files(markdown: str, document: Mapping[str, Any], md_path: Pat
 
 def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], options: CiOptions,
              rep: _Reporter) -> None:
-    """Job summary, step outputs (not with ``post_only``), then the PR comment; each failure a warning."""
+    """Job summary, step outputs (not with ``post_only``), the PR comment; each failure a warning in ``result``."""
     if not options.post_only:
         write_step_summary(result.markdown, env, full_report=str(result.report_path) if result.report_path else None)
         write_outputs(result.outputs(), env)
@@ -238,10 +238,11 @@ def _publish(result: CiResult, *, ctx: ActionsContext, env: Mapping[str, str], o
         result.comment = post_comment(ctx, result.pull_request, result.markdown + comment_footer(info),
                                       name=options.report_name, create=create,
                                       expected_head_sha=options.expected_head_sha, warn=rep.warn, say=rep.say)
+    result.warnings = rep.warnings
 
 
 def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Store, project: Path,
-                     env: Mapping[str, str], event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
+                     ctx: ActionsContext, event: Mapping[str, object], base: RunBase, test_env: Mapping[str, str],
                      run_seconds: float, captured: Optional[Incident], token: str, rep: _Reporter) -> NewTestsCheck:
     """The check of the pull request's new tests; a flaky one is recorded in the history."""
     failures = captured.failures if captured is not None else ()
@@ -253,12 +254,12 @@ def _check_new_tests(options: CiOptions, effective: EffectiveConfig, store: Stor
     rep.say(effective.redactor.redact(summary_line(check)))
     flaky = [t for t in check.tests if t.nodeid in check.flaky]
     if flaky and effective.settings.history.enabled:
-        run = run_info(run_key=f"new-tests-{token}", kind=hr.NEW_TESTS, project_root=project, env=env,
+        run = run_info(run_key=f"new-tests-{token}", kind=hr.NEW_TESTS, project_root=project, actions=ctx,
                        tests_run=len(check.tests))
-        recorded = record_and_triage(Path(store.root), effective.settings.history, run,
-                                     [Failing(t.nodeid, t.fingerprint or "flaky-new") for t in flaky],
-                                     project_root=project, passed_on_rerun=[t.nodeid for t in flaky], env=env,
-                                     event=event)
+        recorded = record_and_triage(
+            Path(store.root), effective.settings.history, run,
+            [hr.TestOutcome(t.nodeid, hr.PASSED_ON_RERUN, t.fingerprint or "flaky-new") for t in flaky],
+            project_root=project, actions=ctx, event=event)
         for line in recorded.warnings:
             rep.warn(line)
     return check
@@ -273,12 +274,12 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
     source, here, ctx, rep, effective = _start(options, cwd, env, stream)
     # Read before the tests run: a PR's conftest could rewrite $GITHUB_EVENT_PATH (another base
     # sha makes the PR's own quarantine file apply; another number comments elsewhere).
-    event = ctx.event()
+    event = ctx.event(warning)
     redactor = effective.redactor
     project = find_project_root(here)
     # Judged before the tests run too: the base revision (a branch tip the tests could move),
     # the base repository, whether this run may share its history.
-    base = judge_event(source, event, project, effective.settings.history.base_branch)
+    base = judge_event(ctx, event, project, effective.settings.history.base_branch)
     # Once, before anything runs: the loop's repair hooks and the report's sections.
     pm = hooks.cli_plugin_manager()
 
@@ -350,7 +351,7 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
         verdict = CiVerdict(final, str(reason), int(report.total_retries or 0), state.incident_id, code)
 
     number = options.pull_request if options.pull_request is not None else pull_request_number(ctx.event_name, event)
-    new_tests = _check_new_tests(options, effective, store, project, source, event, base, test_env, run_seconds,
+    new_tests = _check_new_tests(options, effective, store, project, ctx, event, base, test_env, run_seconds,
                                  captured, token, rep)
     info = dataclasses.replace(located(verdict, pull_request=number, head_sha=ctx.sha, run_url=ctx.run_url),
                                new_tests=new_tests)
@@ -367,7 +368,7 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
         pass_on_proposed_fix=options.pass_on_proposed_fix)
     if captured is not None and exit_code == EXIT_UNRESOLVED:
         # The list in force is the base revision's for code not merged yet: a PR cannot quarantine its own failure.
-        quarantine, warnings = quarantine_in_force(here, effective.settings.history.quarantine_file, source, base=base)
+        quarantine, warnings = quarantine_in_force(here, effective.settings.history.quarantine_file, base)
         for line in warnings:
             rep.warn(line)
         covered = only_quarantined(report, quarantine)
@@ -382,7 +383,7 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
                     f"(fail-on-new-{flag}: false only reports them)")
             exit_code = EXIT_UNRESOLVED
     result = CiResult(exit_code, info, markdown, pull_request=number, error=loop_error)
-    if base.shares and effective.settings.history.enabled:
+    if not base.unmerged and effective.settings.history.enabled:
         try:
             result.history_segments = [name for name, _ in this_run_segments(
                 root, segments_before, captured.run_id if captured is not None else ci_capture_run_id(token),
@@ -391,7 +392,6 @@ def run_ci(options: CiOptions, *, cwd: Optional[Path] = None, env: Optional[Mapp
             rep.warn(f"The history segments of this run are not shared: {exc}")
     result.report_path, result.report_json_path = _write_report_files(markdown, document, md_path, rep)
     _publish(result, ctx=ctx, env=source, options=options, rep=rep)
-    result.warnings = rep.warnings
     rep.say(f"selfheal ci: {verdict.final_status} — stop reason {verdict.stop_reason} "
             f"({verdict.iterations} iteration(s)); exit code {exit_code}"
             + (f"; report: {result.report_path}" if result.report_path else ""))
@@ -407,7 +407,7 @@ def comment_from_report(options: CiOptions, *, stream: Optional[IO[str]] = None)
     path = here / options.comment_from
     report = read_report(path)
     info = sanitize_ci_info(report.extra.get("ci"), report)
-    number = options.pull_request or info.pull_request or pull_request_number(ctx.event_name, ctx.event())
+    number = options.pull_request or info.pull_request or pull_request_number(ctx.event_name, ctx.event(warning))
     # The artifact is untrusted: link only to a run of this repository, name the checked commit.
     runs = f"{ctx.server_url}/{ctx.repository}/actions/runs/" if ctx.repository else None
     run_url = info.run_url if runs and info.run_url and info.run_url.startswith(runs) else None
@@ -417,7 +417,6 @@ def comment_from_report(options: CiOptions, *, stream: Optional[IO[str]] = None)
     result = CiResult(EXIT_OK, info, markdown, report_path=path.with_suffix(".md") if path.with_suffix(".md").is_file()
                       else None, report_json_path=path, pull_request=number)
     _publish(result, ctx=ctx, env=source, options=options, rep=rep)
-    result.warnings = rep.warnings
     return result
 
 

@@ -10,7 +10,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import astuple
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Optional
 
@@ -71,6 +71,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 # RunInfo's fields in order (its commit is the column commit_sha): a row is a RunInfo(*row).
 _RUN_COLUMNS = tuple("commit_sha" if name == "commit" else name for name in RUN_FIELDS)
+_OUTCOME_COLUMNS = ", ".join(f.name for f in fields(TestOutcome))  # a row is a TestOutcome(*row)
 # Fingerprints per sightings query: SQLite before 3.32 allows 999 parameters in a statement.
 _SIGHTINGS_CHUNK = 500
 
@@ -206,11 +207,8 @@ class HistoryDB:
                 )
                 if cursor.rowcount == 1:
                     added += 1
-                    self._db.executemany(
-                        "INSERT INTO outcomes (run_id, nodeid, outcome, fingerprint, failure_class) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        [(cursor.lastrowid, o.nodeid, o.outcome, o.fingerprint, o.failure_class) for o in outcomes],
-                    )
+                    self._db.executemany(f"INSERT INTO outcomes (run_id, {_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                                         [(cursor.lastrowid, *astuple(o)) for o in outcomes])
             self._db.executemany("INSERT OR IGNORE INTO segments (name) VALUES (?)", [(n,) for n in segments])
         return added
 
@@ -233,7 +231,7 @@ class HistoryDB:
 
     def _outcomes_of(self, run_id: int) -> list[TestOutcome]:
         return [TestOutcome(*row) for row in self._db.execute(
-            "SELECT nodeid, outcome, fingerprint, failure_class FROM outcomes WHERE run_id = ? ORDER BY rowid", (run_id,))]
+            f"SELECT {_OUTCOME_COLUMNS} FROM outcomes WHERE run_id = ? ORDER BY rowid", (run_id,))]
 
     def sightings(self, fingerprints: Iterable[str], branch: str,
                   repository: Optional[str] = None) -> dict[str, Sighting]:
@@ -281,7 +279,7 @@ class HistoryDB:
         """The recorded outcomes of one test or one fingerprint, newest first."""
         column, value = ("nodeid", nodeid) if nodeid is not None else ("fingerprint", fingerprint)
         rows = self._db.execute(
-            f"""SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)}, o.nodeid, o.outcome, o.fingerprint, o.failure_class
+            f"""SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)}, {_OUTCOME_COLUMNS}
                 FROM outcomes o JOIN runs r ON r.id = o.run_id WHERE o.{column} = ?
                 ORDER BY r.recorded_at DESC, r.id DESC LIMIT ?""",
             (value, limit),

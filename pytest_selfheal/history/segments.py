@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -81,8 +81,8 @@ def encode(segment: Segment) -> bytes:
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "runs": [
-            {"run": {name: getattr(item.run, name) for name in RUN_FIELDS},
-             "outcomes": [[o.nodeid, o.outcome, o.fingerprint, o.failure_class] for o in item.outcomes]}
+            {"run": asdict(item.run),
+             "outcomes": [list(astuple(o)) for o in item.outcomes]}
             for item in segment.runs
         ],
         **replaces,
@@ -130,15 +130,19 @@ def _optional_int(value: object, what: str, bound: int) -> Optional[int]:
     return value
 
 
+def recorded_time(text: str) -> dt.datetime:
+    """A run's ``recorded_at`` as a time (UTC when it names no zone); ValueError when it is none."""
+    when = dt.datetime.fromisoformat(text)
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
 def _when(text: str, now: Optional[dt.datetime]) -> None:
     """``recorded_at`` must be a time, and (given ``now``) not later than the clock skew allows:
     a run "recorded" in 9999 would stay inside every window forever."""
     try:
-        when = dt.datetime.fromisoformat(text)
+        when = recorded_time(text)
     except ValueError:
         raise SegmentError(f"run.recorded_at: not an ISO time: {text[:40]!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
     if now is not None and when > now + CLOCK_SKEW:
         raise SegmentError(f"run.recorded_at {text[:40]!r} is in the future")
 

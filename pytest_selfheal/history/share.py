@@ -35,14 +35,14 @@ from pytest_selfheal.history.segments import (
     local_segments,
     name_of_path,
     read_segment_files,
+    recorded_time,
     replaced_path,
     segment_name,
     tree_path,
 )
-from pytest_selfheal.history.sources import judge_event
+from pytest_selfheal.history.sources import DEFAULT_REMOTE, ActionsContext, judge_event
 from pytest_selfheal.redact import default_redactor
 
-DEFAULT_REMOTE = "origin"
 HISTORY_REF = "refs/selfheal/history"
 PUSH_ATTEMPTS = 16  # eight writers at once: each round lets at least one through
 READ_BATCH_BYTES = 32 * 1024 * 1024  # the most segment bytes a pull holds at once
@@ -142,8 +142,8 @@ def _repository(project_root: Path, auth: Optional[Mapping[str, str]]) -> Iterat
 def refuse_unless_merged(env: Mapping[str, str], what: str, project_root: Path) -> None:
     """Only runs of merged code (``history/sources.py``) or a person outside Actions write the
     shared history; every other event reads it only."""
-    base = judge_event(env, None, project_root)
-    if not base.shares:
+    base = judge_event(ActionsContext.from_env(env), None, project_root)
+    if base.unmerged:
         raise RefusedError(f"selfheal history {what}: the {base.event} event tests code not merged yet: it reads "
                            "the shared history and never writes it (its runs stay in this job's own history)")
 
@@ -355,14 +355,6 @@ def pull(project_root: Path, reports_root: Path, *, remote: str = DEFAULT_REMOTE
     return PullResult(len(named), len(items), added, commit, tuple(line for _, line in refused))
 
 
-def _older(segment: Segment, cutoff: dt.datetime) -> bool:
-    try:
-        times = [dt.datetime.fromisoformat(item.run.recorded_at) for item in segment.runs]
-    except ValueError:
-        return False
-    return bool(times) and all((t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)) < cutoff for t in times)
-
-
 def compact_shared(project_root: Path, *, older_than_days: float, remote: str = DEFAULT_REMOTE,
                    now: Optional[dt.datetime] = None, auth: Optional[Mapping[str, str]] = None) -> CompactResult:
     """Merge the shared segments whose runs are all older than ``older_than_days`` into one and push it."""
@@ -370,7 +362,9 @@ def compact_shared(project_root: Path, *, older_than_days: float, remote: str = 
 
     def step(parent: Optional[str], tree: _Tree, attempt: int) -> tuple[Optional[str], CompactResult]:
         decoded, _ = _decode_all(repo, sorted(tree.segments.values(), key=lambda e: e.path))
-        old = [(name, seg) for name, seg in decoded if _older(seg, cutoff)]
+        # Accepted segments only: every recorded_at is a time.
+        old = [(name, seg) for name, seg in decoded
+               if seg.runs and all(recorded_time(item.run.recorded_at) < cutoff for item in seg.runs)]
         if len(old) < 2:
             return None, CompactResult(0, sum(len(s.runs) for _, s in old))
         merged = compact(old)

@@ -1,5 +1,5 @@
-"""The history's inputs (edge: the environment, git, files): the CI event's judgement and the
-quarantine file. Every Actions event is judged once, by what the tested code can reach. Code not merged yet
+"""The history's inputs (edge: the environment, git, files): the Actions variables, the CI
+event's judgement and the quarantine file. Every Actions event is judged once, by what the tested code can reach. Code not merged yet
 reads its quarantine list at a *base revision* it cannot change (``pull_request.base.sha``,
 ``merge_group.base_sha``, else the default branch's tip as fetched), counts a failure as
 known only when seen on the base repository's own branch, and never writes the shared
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
@@ -35,6 +36,9 @@ MERGE_GROUP = "merge_group"
 DEFAULT_REMOTE = "origin"
 
 _HEADS = "refs/heads/"
+
+DEFAULT_API_URL = "https://api.github.com"
+DEFAULT_SERVER_URL = "https://github.com"
 
 
 def dig(mapping: object, *keys: str) -> object:
@@ -63,13 +67,65 @@ def _branch(ref: Optional[str]) -> Optional[str]:
 
 
 @dataclass(frozen=True)
+class ActionsContext:
+    """The GitHub Actions variables: the one reader of ``GITHUB_*`` (no token in the ``repr``)."""
+
+    api_url: str = DEFAULT_API_URL
+    server_url: str = DEFAULT_SERVER_URL
+    in_actions: bool = False
+    # Each field from here on is its ``GITHUB_`` variable; an empty value counts as unset.
+    repository: Optional[str] = None  # owner/name
+    event_name: Optional[str] = None
+    event_path: Optional[str] = None
+    sha: Optional[str] = None
+    ref: Optional[str] = None
+    ref_name: Optional[str] = None
+    head_ref: Optional[str] = None
+    base_ref: Optional[str] = None
+    workflow: Optional[str] = None
+    job: Optional[str] = None
+    run_id: Optional[str] = None
+    run_attempt: Optional[str] = None
+    token: Optional[str] = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> ActionsContext:
+        given = {f.name: env.get(f"GITHUB_{f.name.upper()}") or None for f in fields(cls)[3:]}
+        return cls((env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+                   (env.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL).rstrip("/"),
+                   env.get("GITHUB_ACTIONS") == "true", **given)
+
+    @property
+    def judged_event(self) -> Optional[str]:
+        """The event a run is judged by: only inside Actions."""
+        return self.event_name if self.in_actions else None
+
+    @property
+    def run_url(self) -> Optional[str]:
+        if not self.repository or not self.run_id:
+            return None
+        url = f"{self.server_url}/{self.repository}/actions/runs/{self.run_id}"
+        if self.run_attempt and self.run_attempt != "1":
+            url += f"/attempts/{self.run_attempt}"
+        return url
+
+    def event(self, warn: Optional[Callable[[str], None]] = None) -> dict[str, object]:
+        """The event payload; ``{}`` without one, or when unreadable (``warn`` gets the line why)."""
+        payload, problem = read_actions_event(self.event_path) if self.event_path else ({}, None)
+        if problem is not None and warn is not None:
+            warn(problem)
+        return payload
+
+
+@dataclass(frozen=True)
 class RunBase:
     """The judgement of one run's event: what its quarantine list and "known" triage are read
     against, which repository its runs are recorded for, and whether it may share history."""
 
     #: ``GITHUB_EVENT_NAME`` (None outside Actions).
     event: Optional[str] = None
-    #: The code under test is not merged yet (only ever True in Actions).
+    #: The code under test is not merged yet (only ever True in Actions): it reads the shared
+    #: history and never writes it.
     unmerged: bool = False
     #: Where the quarantine list is read (None: the working tree, or nowhere when ``problem``).
     revision: Optional[str] = None
@@ -79,11 +135,6 @@ class RunBase:
     repository: Optional[str] = None
     #: Unmerged, and no base revision found: the one line saying the quarantine is not applied.
     problem: Optional[str] = None
-
-    @property
-    def shares(self) -> bool:
-        """True when the run may write the shared history: merged code, or a run by hand."""
-        return not self.unmerged
 
 
 def _default_tip(project_root: Path, branch: str) -> Optional[str]:
@@ -96,32 +147,29 @@ def _default_tip(project_root: Path, branch: str) -> Optional[str]:
     return _sha(out.decode("ascii", "replace").strip())
 
 
-def head_repository(env: Mapping[str, str], event: Mapping[str, object]) -> Optional[str]:
+def head_repository(actions: ActionsContext, event: Mapping[str, object]) -> Optional[str]:
     """The repository (owner/name) whose branch the tested code is on: a pull request's head
     repository (a fork's), else ``GITHUB_REPOSITORY``; None outside Actions or when unknown."""
-    name = env.get("GITHUB_EVENT_NAME") or None
-    if name is None or env.get("GITHUB_ACTIONS") != "true":
-        return None
-    if name in PULL_REQUEST_EVENTS:
+    if actions.judged_event in PULL_REQUEST_EVENTS:
         return _repository(dig(event, "pull_request", "head", "repo", "full_name"))
-    return _repository(env.get("GITHUB_REPOSITORY"))
+    return _repository(actions.repository) if actions.judged_event else None
 
 
-def judge_event(env: Mapping[str, str], event: Optional[Mapping[str, object]], project_root: Path,
+def judge_event(actions: ActionsContext, event: Optional[Mapping[str, object]], project_root: Path,
                 configured_branch: str = "main") -> RunBase:
-    """The :class:`RunBase` of the run described by ``env`` (the Actions variables) and
-    ``event`` (its payload, read before any test ran; None: read it now). ``configured_branch``:
-    ``history.base_branch``, the branch "known" refers to where the event names none."""
-    name = env.get("GITHUB_EVENT_NAME") or None
-    if name is None or env.get("GITHUB_ACTIONS") != "true":
+    """The :class:`RunBase` of the run ``actions`` describes, with ``event`` its payload (read
+    before any test ran; None: read it now). ``configured_branch``: ``history.base_branch``,
+    the branch "known" refers to where the event names none."""
+    name = actions.judged_event
+    if name is None:
         return RunBase(branch=configured_branch)
-    event = actions_event(env) if event is None else event
-    repository = _repository(env.get("GITHUB_REPOSITORY"))
+    event = actions.event() if event is None else event
+    repository = _repository(actions.repository)
     default = _branch(_text(dig(event, "repository", "default_branch")))
-    ref = _text(env.get("GITHUB_REF")) or _text(dig(event, "ref"))
+    ref = actions.ref or _text(dig(event, "ref"))
     if name in PULL_REQUEST_EVENTS:
         pull = dig(event, "pull_request")
-        base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(env.get("GITHUB_BASE_REF"))
+        base_branch = _branch(_text(dig(pull, "base", "ref"))) or _branch(actions.base_ref)
         return _unmerged(name, _sha(dig(pull, "base", "sha")), base_branch or configured_branch,
                          _repository(dig(pull, "base", "repo", "full_name")) or repository, "pull_request.base.sha")
     if name == MERGE_GROUP:
@@ -229,18 +277,10 @@ def read_actions_event(path: str) -> tuple[dict[str, object], Optional[str]]:
     return data, None
 
 
-def actions_event(env: Mapping[str, str]) -> dict[str, object]:
-    """The event payload, ``{}`` outside Actions or when unreadable."""
-    path = env.get("GITHUB_EVENT_PATH")
-    return read_actions_event(path)[0] if path else {}
-
-
-def quarantine_in_force(project_root: Path, relative: str, env: Mapping[str, str], *,
-                        base: Optional[RunBase] = None) -> tuple[list[QuarantineEntry], list[str]]:
+def quarantine_in_force(project_root: Path, relative: str, base: RunBase) -> tuple[list[QuarantineEntry], list[str]]:
     """``(entries, warnings)`` of the quarantine every surface applies: the base revision's file for
-    code not merged yet (``base``, else judged from ``env``), none and one warning
-    where no base revision was found, the working tree's for merged code and outside Actions."""
-    judged = base if base is not None else judge_event(env, None, project_root)
-    if judged.problem is not None:
-        return [], [judged.problem]
-    return read_quarantine(project_root, relative, revision=judged.revision)
+    code not merged yet, none and one warning where no base revision was found, the working
+    tree's for merged code and outside Actions."""
+    if base.problem is not None:
+        return [], [base.problem]
+    return read_quarantine(project_root, relative, revision=base.revision)

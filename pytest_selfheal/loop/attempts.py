@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import RefusedError
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
-from pytest_selfheal.history.records import AGENT, LOOP
+from pytest_selfheal.history.recording import record_and_triage, run_info
+from pytest_selfheal.history.records import AGENT, FAILED, LOOP, PASSED, PASSED_ON_RERUN, TestOutcome
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.loop.control import kill_point
 from pytest_selfheal.loop.decision import decide, known_flaky
@@ -134,14 +134,15 @@ def _record_history(run: LoopRun, observations: Sequence[policy.Observation], fa
     failed_before = {n for obs in previous for n, o in obs.outcomes.items() if o in FAILING_OUTCOMES}
     passing = [n for n, o in current.outcomes.items() if o == OUTCOME_PASSED and n in failed_before]
     rerun = [n for n in passing if n in newly_flaky and n in fingerprints]
-    failing = [Failing(f.nodeid or f.test, f.fingerprint, f.failure_class) for f in failures]
-    failing += [Failing(n, fingerprints[n]) for n in rerun]
+    tests = [TestOutcome(f.nodeid or f.test, FAILED, f.fingerprint, f.failure_class) for f in failures]
+    tests += [TestOutcome(n, PASSED_ON_RERUN, fingerprints[n]) for n in rerun]
+    tests += [TestOutcome(n, PASSED) for n in passing if n not in rerun]
     kind = AGENT if mode == "agent" else LOOP
     result = record_and_triage(
         run.store.root, effective.settings.history,
         run_info(run_key=f"{kind}:{incident_id}:{iteration}", kind=kind, project_root=project_root,
                  incident_id=incident_id, iteration=iteration, tests_run=len(current.outcomes)),
-        failing, project_root=project_root, passed_on_rerun=rerun, passed=[n for n in passing if n not in rerun],
+        tests, project_root=project_root,
     )
     # The capture (or the job) already said what is wrong with the quarantine file; only a
     # database that cannot be used is worth a line per iteration.

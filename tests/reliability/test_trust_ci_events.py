@@ -24,7 +24,7 @@ from test_ci import PR, actions_env, ours, outputs_of, run_ci
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.gitrepo import run_git
-from pytest_selfheal.history.sources import judge_event, quarantine_in_force
+from pytest_selfheal.history.sources import ActionsContext, judge_event, quarantine_in_force
 
 CALC = "def mul(a, b):\n    return a * b\n"
 BROKEN = "def mul(a, b):\n    return a + b\n"
@@ -88,8 +88,8 @@ def test_an_event_without_its_base_fails_closed_in_one_line(tmp_path: Path) -> N
 
 
 def _judged_quarantine(project: Path, name: str, event: dict[str, object], ref: str) -> tuple[list[str], list[str]]:
-    env = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": name, "GITHUB_REF": ref, "GITHUB_REPOSITORY": REPO}
-    entries, warnings = quarantine_in_force(project, ".selfheal-quarantine.yml", env, base=judge_event(env, event, project))
+    ci = ActionsContext(in_actions=True, event_name=name, ref=ref, repository=REPO)
+    entries, warnings = quarantine_in_force(project, ".selfheal-quarantine.yml", judge_event(ci, event, project))
     return [str(e.test) for e in entries], warnings
 
 
@@ -112,9 +112,9 @@ def test_each_event_that_tests_unmerged_code_reads_a_base_it_cannot_change(tmp_p
     # The payload must name the default branch: the repository's config (the tested code's) never does.
     entries, warnings = _judged_quarantine(project, "push", {"ref": "refs/heads/main"}, "refs/heads/main")
     assert entries == [] and "names no default branch" in warnings[0]
-    judged = judge_event({"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push", "GITHUB_REF": feature},
-                         {"repository": repository()}, project)
-    assert judged.revision == base and judged.unmerged and not judged.shares
+    judged = judge_event(ActionsContext(in_actions=True, event_name="push", ref=feature), {"repository": repository()},
+                         project)
+    assert judged.revision == base and judged.unmerged
     # A replace ref the tested code planted over the base commit is not followed.
     run_git(project, ["replace", base, head(project)])
     pull = {"pull_request": {"base": {"sha": base}}}

@@ -23,7 +23,7 @@ from pytest_selfheal.gitrepo import run_git
 from pytest_selfheal.history import records as hr
 from pytest_selfheal.history import share
 from pytest_selfheal.history.db import HistoryDB
-from pytest_selfheal.history.recording import Failing, record_and_triage, run_info
+from pytest_selfheal.history.recording import record_and_triage, run_info
 from pytest_selfheal.history.segments import (
     MAX_SEGMENT_BYTES,
     Segment,
@@ -36,6 +36,7 @@ from pytest_selfheal.history.segments import (
     tree_path,
     write_segment,
 )
+from pytest_selfheal.history.sources import ActionsContext
 
 BUG = "def test_bug():\n    assert 1 + 1 == 3\n"
 REPO = "octo-org/hello-world"
@@ -112,10 +113,11 @@ def test_crafted_segments_are_refused_once_and_a_big_blob_is_never_read(tmp_path
     with HistoryDB.open(root) as db:
         assert len(db.refused_segments()) == 4
     # The deterministic bug stays a bug: no planted flake rate makes it flaky.
-    env = {"GITHUB_REF_NAME": "main"}
+    ci = ActionsContext(ref_name="main")
     result = record_and_triage(root, HistorySettings(), run_info(run_key="r", kind=hr.CAPTURE, project_root=reader,
-                                                                 env=env),
-                               [Failing("test_bug.py::test_bug", "fp")], project_root=reader, env=env)
+                                                                 actions=ci),
+                               [hr.TestOutcome("test_bug.py::test_bug", hr.FAILED, "fp")], project_root=reader,
+                               actions=ci)
     assert result.triage["test_bug.py::test_bug"].label == "known"  # the one good segment: failed on main
 
 
