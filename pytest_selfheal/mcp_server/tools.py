@@ -472,14 +472,9 @@ class Project:
     def approval_question(self, proposed: ProposedPatch) -> str:
         """What the user is asked before ``apply``: the question and the diff, redacted, within ``mcp.max_chars``."""
         effective = self.effective()
-        limit = effective.settings.mcp.max_chars
         question = effective.redactor.redact(proposed.question)
         diff = effective.redactor.redact(proposed.patch.decode("utf-8", errors="replace"))
-        room = limit - len(question) - 2
-        if len(diff) > room:
-            note = f"\n[diff cut at {limit} characters; the whole patch: {proposed.path}]"
-            diff = diff[:max(room - len(note), 0)].rsplit("\n", 1)[0] + note
-        return (question + "\n\n" + diff)[:limit] if room > 0 else question[:limit]
+        return fit([question, diff], effective.settings.mcp.max_chars, more=f"the whole patch: {proposed.path}")
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         apply_proposed(self.store(), proposed)
