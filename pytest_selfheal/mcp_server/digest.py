@@ -1,6 +1,7 @@
-"""What the MCP tools say, as bounded text (pure; docs/mcp.md "Bounded results"): blocks kept
-in order while they fit in ``mcp.max_chars``, then a line saying what was left out and where
-to get it. No raw log: a failure is its first line, cut to :data:`MESSAGE_CHARS`."""
+"""What the MCP tools (and ``selfheal show``, of each root cause) say, as bounded text (pure;
+docs/mcp.md "Bounded results"): blocks shortened or left out, the least valuable first, until
+they fit in ``mcp.max_chars``, then a line saying how many and where to get more. No raw log:
+a failure is its first line, cut to :data:`MESSAGE_CHARS`."""
 
 from __future__ import annotations
 
