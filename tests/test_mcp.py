@@ -179,7 +179,7 @@ def test_the_agent_workflow_over_stdio(tmp_path: Path) -> None:
             assert resource.contents[0].text == text_of(report)  # type: ignore[union-attr]
 
             status = await client.call_tool("status", {})
-            assert f"{incident_id}  resolved  resolved  attempts 2" in text_of(status)
+            assert f"{incident_id}  resolved  resolved  2  " in text_of(status)
 
             # A bad id is a tool error of one line, and the server answers the next call.
             unknown = await client.call_tool("show", {"incident_id": "incident_20990101_000000_nope"})
@@ -640,9 +640,9 @@ def test_fit_keeps_whole_blocks_in_order() -> None:
     blocks = ["a" * 100, "b" * 100, "c" * 100]
     text = fit(blocks, 300, what="group(s)", more="call show")
     assert text == "a" * 100 + "\n\n" + "b" * 100 + "\n\n" + \
-        "[cut: 1 group(s) left out to stay under 300 characters; call show]"
+        "[cut: 1 group(s) shortened or left out; call show]"
     assert fit(blocks, 200, what="group(s)", more="call show") == "a" * 100 + "\n\n" + \
-        "[cut: 2 group(s) left out to stay under 200 characters; call show]"
+        "[cut: 2 group(s) shortened or left out; call show]"
 
 
 DOCTESTED = 'def add(a, b):\n    """\n    >>> add(1, 2)\n    3\n    """\n    return a - b\n'

@@ -26,7 +26,7 @@ from test_process import gone_within  # a liveness wait with a generous deadline
 from pytest_selfheal.mcp_server.digest import (
     bounded_verdict,
     code_line,
-    fit_by_value,
+    fit,
     group_page,
     ranked_causes,
     structured_size,
@@ -320,23 +320,23 @@ def test_the_verdict_json_keeps_the_key_order_the_tool_sends_and_its_text_reads_
     assert "ghp_" not in redacted.summary and redacted.decision is RunDecision.CONTINUE
 
 
-def test_fit_by_value_shortens_the_least_valuable_first_and_keeps_the_essentials() -> None:
+def test_fit_shortens_the_least_valuable_first_and_keeps_the_essentials() -> None:
     blocks = ["**verdict**", "## Head\n" + "h\n" * 50, "### Stop\nwhy", "### Config\n" + "c\n" * 300,
               "### Failures\n" + "f\n" * 100, "### Decision Point\noptions", "### Recommended Next Action\ndo this"]
     value = {"**": 0, "## Head": 4, "### Stop": 1, "### Config": 8, "### Failures": 2, "### Decision Point": 0,
              "### Recommended Next Action": 0}
     rank = lambda block: next(v for k, v in value.items() if block.startswith(k))  # noqa: E731
-    text = fit_by_value(blocks, 400, value=rank, essential=2, more="see all")
+    text = fit(blocks, 400, value=rank, essential=2, more="see all")
     assert len(text) <= 400
     assert "### Config" not in text and "### Failures\nf\n" in text  # the config goes before the failures
     for kept in ("**verdict**", "### Stop\nwhy", "### Decision Point\noptions", "### Recommended Next Action\ndo this"):
         assert kept in text
-    assert "## Head\nh\n…" in text  # shortened, after the config went
-    assert text.endswith("[cut: 2 section(s) shortened or left out to stay under 400 characters; see all]")
+    assert "## Head\nh\n" in text and "h\n…\n\n### Stop" in text  # shortened, after the config went
+    assert text.endswith("[cut: 2 section(s) shortened or left out; see all]")
     # Less room than the essentials need: they are shortened, never left out.
-    tiny = fit_by_value(blocks, 150, value=rank, essential=2, more="x")
+    tiny = fit(blocks, 150, value=rank, essential=2, more="x")
     assert len(tiny) <= 150 and "### Decision Point" in tiny and "### Recommended Next Action" in tiny
-    assert fit_by_value(blocks[:1], 400, value=rank, essential=2, more="x") == "**verdict**"
+    assert fit(blocks[:1], 400, value=rank, essential=2, more="x") == "**verdict**"
 
 
 def test_the_output_schema_is_the_verdict_records_json() -> None:

@@ -116,15 +116,15 @@ def test_thirty_failures_of_one_bug_in_six_assertion_shapes_are_one_action(tmp_p
     shown = selfheal(project, "show", incident_id)
     assert shown.returncode == EXIT_OK, shown.stderr
     assert "30 in 1 root cause(s)" in shown.stdout
-    assert "A1: lib/window.py::window (calls), 30 failing test(s)" in shown.stdout
-    assert "- target paths: lib/window.py" in shown.stdout and "- test paths: tests/test_window.py" in shown.stdout
+    assert "A1: lib/window.py::window (evidence: calls), 30 failing test(s)" in shown.stdout
+    assert "target paths (fix here): lib/window.py" in shown.stdout and "test paths: tests/test_window.py" in shown.stdout
     data = json.loads(selfheal(project, "show", incident_id, "--json").stdout)
     assert [c["nodeids"] for c in data["root_causes"]] == [action["nodeids"]]
     # Without a plan, show computes the same grouping from incident.json.
     shutil.rmtree(project / ".selfheal" / "error_plans" / incident_id)
     shown = selfheal(project, "show", incident_id)
     assert shown.returncode == EXIT_OK, shown.stderr
-    assert "lib/window.py::window (calls), 30 failing test(s)" in shown.stdout and "plan        none" in shown.stdout
+    assert "lib/window.py::window (evidence: calls), 30 failing test(s)" in shown.stdout and "plan        none" in shown.stdout
 
 
 # --------------------------------------------------------------------------- (b) a re-exporting package

@@ -388,7 +388,7 @@ def test_every_surface_says_where(pytester: pytest.Pytester, capsys: pytest.Capt
     capsys.readouterr()
     assert main(["show", incident_id, "--dir", str(root)]) == 0
     shown = capsys.readouterr().out
-    assert "- where: caches.py:10 (assertion tests/test_caches.py:7)" in shown
+    assert "  where: caches.py:10 (assertion tests/test_caches.py:7)" in shown
     assert f" 9 |             {bug}" in shown and "> 10 |                 self.popitem()" in shown  # indented as in the file
     digest = "\n".join(incident_blocks(incident_view(store, incident_id)))
     assert "where: caches.py:10 (assertion tests/test_caches.py:7)" in digest and bug in digest

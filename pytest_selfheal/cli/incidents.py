@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Any
 
 from pytest_selfheal.cli.common import (
     answer,
@@ -32,6 +31,7 @@ from pytest_selfheal.loop.replay import differences, replay, state_from_disk
 from pytest_selfheal.loop.seal_check import harness_changed, passing_without_the_code, take_fresh_seal
 from pytest_selfheal.loop.state import parse_stamp
 from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.mcp_server.tools import incident_table
 from pytest_selfheal.names import archive_dir, archived_path
 from pytest_selfheal.plan.build import build_plan
 from pytest_selfheal.plan.markdown import render_plan_md
@@ -45,37 +45,14 @@ from pytest_selfheal.store.events import PLAN_GENERATED, format_ts
 from pytest_selfheal.store.fsio import project_source
 from pytest_selfheal.store.reader import INBOX, IncidentSummary
 
-_SIGNATURE_WIDTH = 90
-
-
-def _cell(value: Any, width: int = 0) -> str:
-    # Table cells stay on one line whatever the incident files contain.
-    text = " ".join(str("-" if value is None else value).split())
-    return text if not width or len(text) <= width else text[: width - 3] + "..."
-
-
-def format_table(rows: Sequence[IncidentSummary]) -> str:
-    """The incidents as an aligned text table (ID, STATUS, BUCKET, ATTEMPTS, SIGNATURE)."""
-    header = ("ID", "STATUS", "BUCKET", "ATTEMPTS", "SIGNATURE")
-    body: list[Sequence[str]] = []
-    for row in rows:
-        # A corrupted incident shows its whole error: that line is what the user must fix.
-        last = _cell(row.error) if row.corrupted else _cell(row.error_signature, _SIGNATURE_WIDTH)
-        body.append((_cell(row.incident_id), _cell(row.status), _cell(row.bucket), _cell(row.attempts), last))
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
-    lines = []
-    for line in [header, *body]:
-        cells = [cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])]
-        lines.append("  ".join([*cells, line[-1]]).rstrip())
-    return "\n".join(lines)
-
 
 @command("status", "list incidents (inbox and archive) with their status", json_flag("print the list as JSON"), DIR)
 def status_command(args: argparse.Namespace) -> int:
     """List incidents; a missing reports root is an empty list (exit 0)."""
     store = store_from_args(args)
     rows = store.list_incidents()
-    return answer(args, [row.to_json() for row in rows], format_table(rows) if rows else f"no incidents in {store.root}")
+    text = "\n".join(incident_table(rows)) if rows else f"no incidents in {store.root}"
+    return answer(args, [row.to_json() for row in rows], text)
 
 
 @command("loop", "run or resume the RALF-Lite loop of an incident: re-run its verification selections (with the "

@@ -14,9 +14,8 @@ from pytest_selfheal.cli.common import incident_from_args, print_json, project_r
 from pytest_selfheal.cli.options import command, on_incident
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, run_git
-from pytest_selfheal.mcp_server.digest import attempt_lines, first_lines
+from pytest_selfheal.mcp_server.digest import attempt_lines, failures_by_id, first_lines, group_block, ranked_causes
 from pytest_selfheal.records.incident_view import IncidentView
-from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.repair.patches import FINAL_PATCH, proposed_patch, read_run_bytes
 from pytest_selfheal.report.incident_view import incident_view
 from pytest_selfheal.store.root import Store
@@ -168,25 +167,11 @@ def format_text(view: IncidentView, patch: Optional[ShownPatch] = None, edits: O
     ]
     if "failures" in (incident.keys or ("failures",)):
         rows.append(("failures", f"{len(incident.failures)} in {len(view.root_causes)} root cause(s)"))
-    for cause in view.root_causes[:_SHOWN_GROUPS]:
-        key = cause.key
-        where = f"{key.path}::{key.name}" if key.path else cause.signature or "-"
-        head = f"{cause.id}: " if cause.id else ""
-        tests = f"{len(cause.nodeids)} failing test(s)" if cause.nodeids else "no test to re-run"
-        rows.append(("", f"{head}{where} ({key.evidence}), {tests}"))
-        where_line = cause.where_line()
-        if where_line:
-            rows.append(("", f"- {where_line}"))
-        if cause.others:
-            rows.append(("", f"- other suspects: {'; '.join(cause.others)}"))
-        rows.extend(("", _Code(f"  {line}")) for code in (cause.excerpt, cause.also_excerpt) if code
-                    for line in code.numbered())
-        if cause.target_paths:
-            rows.append(("", f"- target paths: {first_few(cause.target_paths)}"))
-        if cause.test_paths:
-            rows.append(("", f"- test paths: {first_few(cause.test_paths)}"))
-        if cause.nodeids:
-            rows.append(("", f"- tests: {first_few(cause.nodeids)}"))
+    causes = ranked_causes(view)
+    failures = failures_by_id(incident.failures)
+    for index, cause in enumerate(causes[:_SHOWN_GROUPS], 1):
+        block = group_block(index, len(causes), cause, failures, full=True)
+        rows += [("", _Code(line)) for line in block.split("\n")]
     if len(view.root_causes) > _SHOWN_GROUPS:
         rows.append(("", f"... and {len(view.root_causes) - _SHOWN_GROUPS:,} more root cause(s) (--json lists them all)"))
     plan = view.plan

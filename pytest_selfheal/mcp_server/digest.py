@@ -1,6 +1,7 @@
-"""What the MCP tools say, as bounded text (pure; docs/mcp.md "Bounded results"): blocks kept
-in order while they fit in ``mcp.max_chars``, then a line saying what was left out and where
-to get it. No raw log: a failure is its first line, cut to :data:`MESSAGE_CHARS`."""
+"""What the MCP tools (and ``selfheal show``, of each root cause) say, as bounded text (pure;
+docs/mcp.md "Bounded results"): blocks shortened or left out, the least valuable first, until
+they fit in ``mcp.max_chars``, then a line saying how many and where to get more. No raw log:
+a failure is its first line, cut to :data:`MESSAGE_CHARS`."""
 
 from __future__ import annotations
 
@@ -33,66 +34,35 @@ def one_line(value: Any, limit: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
-def fit(blocks: Sequence[str], max_chars: int, *, what: str, more: str, reserved: int = 0,
+def fit(blocks: Sequence[str], max_chars: int, *, more: str, what: str = "section(s)",
+        value: Optional[Callable[[str], int]] = None, essential: int = 1, reserved: int = 0,
         separator: str = "\n\n") -> str:
-    """The blocks, in order, that fit in ``max_chars - reserved`` characters; then a line saying
-    how many ``what`` were left out, pointing at ``more``. A first block over budget is cut at a line."""
-    budget = max(max_chars - reserved, 0)
-    whole = separator.join(blocks)
-    if len(whole) <= budget:
-        return whole
-    kept: list[str] = []
-    used = 0
-    for index, block in enumerate(blocks):
-        cost = len(block) + (len(separator) if kept else 0)
-        left = len(blocks) - index
-        note = f"[cut: {left} {what} left out to stay under {max_chars} characters; {more}]"
-        if len(note) > budget // 2:  # a small bound: the facts before the pointer to more
-            note = f"[cut: {left} {what} left out]"
-        # Room for the note stays free unless this is the last block.
-        room = budget - used - (0 if left == 1 else len(note) + len(separator))
-        if cost <= room:
-            kept.append(block)
-            used += cost
-            continue
-        if not kept:
-            # Not even the first block fits: keep its first lines (not even its first line: that line, cut).
-            room = budget - len(note) - len(separator)
-            first = first_lines(block, room) or one_line(block.split("\n", 1)[0], max(room, 0))
-            if first.split("\n", 1)[0]:
-                kept.append(first)
-        kept.append(note)
-        break
-    text = separator.join(kept)
-    return text[:budget]  # a budget below the note's own length: the note is cut too
-
-
-def fit_by_value(blocks: Sequence[str], max_chars: int, *, value: Callable[[str], int], essential: int, more: str,
-                 separator: str = "\n\n") -> str:
-    """The blocks in their order within ``max_chars``, the least valuable (highest ``value``, later
-    first) shortened to their first lines or left out first; one valued below ``essential``
-    keeps at least its first line. A last line counts the cuts and points at ``more``."""
-    blocks = [block.strip("\n") for block in blocks]
+    """The blocks in their order within ``max_chars - reserved``, the least valuable (highest
+    ``value``, by default the later; later first on a tie) shortened to their first lines or left
+    out first; one valued below ``essential`` (by default the first) keeps at least its first
+    line. A last line counts the cuts and points at ``more``."""
+    max_chars = max(max_chars - reserved, 0)
     whole = separator.join(blocks)
     if len(whole) <= max_chars:
         return whole
+    values = [value(block) for block in blocks] if value is not None else list(range(len(blocks)))
     kept: list[Optional[str]] = list(blocks)
-    note = f"[cut: {{}} section(s) shortened or left out to stay under {max_chars} characters; {more}]"
+    note = f"[cut: {{}} {what} shortened or left out; {more}]"
     if len(note) > max_chars // 3:  # a small bound: the facts before the pointer to more
-        note = "[cut: {} section(s) shortened or left out]"
-    budget = max_chars - len(note.format(len(blocks))) - len(separator)
+        note = f"[cut: {{}} {what} shortened or left out]"
+    over = len(whole) - (max_chars - len(note.format(len(blocks))) - len(separator))
     cut = 0
-    for index in sorted(range(len(blocks)), key=lambda i: (-value(blocks[i]), -i)):
-        over = len(separator.join(b for b in kept if b is not None)) - budget
+    for index in sorted(range(len(blocks)), key=lambda i: (-values[i], -i)):
         if over <= 0:
             break
         block = blocks[index]
         short = first_lines(block, len(block) - over - 2)
-        needed = value(block) < essential
+        needed = values[index] < essential
         if "\n" in short or (short and needed):
             kept[index] = short + "\n…"
         else:
             kept[index] = one_line(block.split("\n", 1)[0], 120) if needed else None
+        over -= len(block) - len(kept[index] or "") + (len(separator) if kept[index] is None else 0)
         cut += 1
     text = separator.join([b for b in kept if b is not None] + [note.format(cut)])
     return text[:max_chars]
@@ -110,7 +80,7 @@ def first_lines(block: str, size: int) -> str:
     return "\n".join(lines)
 
 
-def _failures_by_id(failures: Sequence[Failure]) -> dict[str, Failure]:
+def failures_by_id(failures: Sequence[Failure]) -> dict[str, Failure]:
     found: dict[str, Failure] = {}
     for entry in failures:
         found.setdefault(entry.nodeid or entry.test or "", entry)
@@ -138,20 +108,20 @@ def group_block(index: int, total: int, cause: PlanAction, failures: Mapping[str
     key = cause.key
     where = f"{key.path}::{key.name}" if key.path and key.name else (key.path or one_line(cause.signature, 120))
     head = f"{cause.id}: " if cause.id else ""
-    lines = [f"## Root cause {index} of {total}: {head}{where} "
-             f"(evidence: {key.evidence}), {len(nodeids)} failing test(s)"]
+    tested = f"{len(nodeids)} failing test(s)" if nodeids else "no test to re-run"
+    lines = [f"## Root cause {index} of {total}: {head}{where} (evidence: {key.evidence}), {tested}"]
     where_line = cause.where_line()
     if where_line:  # the top suspect (and its equal) and a few lines of their code (plan/suspects.py)
         lines.append(one_line(where_line, 400))
-        for code in (cause.excerpt, cause.also_excerpt):
-            lines.extend(f"  {code_line(line, 200)}" for line in (code.numbered() if code else ())[:8])
-    targets = list(cause.target_paths)
-    if targets:
-        lines.append(f"target paths (fix here): {first_few(targets, PATHS_PER_GROUP * scale)}")
-    tests = list(cause.test_paths)
-    if tests:
-        lines.append(f"test paths: {first_few(tests, PATHS_PER_GROUP * scale)}")
-    lines.append(f"tests: {first_few(nodeids, NODEIDS_PER_GROUP * scale)}")
+    if cause.others:
+        lines.append(one_line(f"other suspects: {'; '.join(cause.others)}", 400))
+    for code in (cause.excerpt, cause.also_excerpt):
+        lines.extend(f"  {code_line(line, 200)}" for line in (code.numbered() if code else ())[:8])
+    for label, paths in (("target paths (fix here)", cause.target_paths), ("test paths", cause.test_paths)):
+        if paths:
+            lines.append(f"{label}: {first_few(paths, PATHS_PER_GROUP * scale)}")
+    if nodeids:
+        lines.append(f"tests: {first_few(nodeids, NODEIDS_PER_GROUP * scale)}")
     if entries:
         prints = list(dict.fromkeys(e.fingerprint or "-" for e in entries))
         lines.append(f"fingerprints: {first_few(prints, FINGERPRINTS_PER_GROUP * scale)}")
@@ -224,7 +194,7 @@ def ranked_causes(view: IncidentView) -> list[PlanAction]:
 def incident_blocks(view: IncidentView) -> list[str]:
     """The digest of one incident as blocks, most useful first: the head, one block per
     root-cause group (largest first), the plan, the attempts."""
-    failures = _failures_by_id(view.incident.failures)
+    failures = failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     blocks = [incident_head(view)]
     blocks += [group_block(i, len(causes), cause, failures) for i, cause in enumerate(causes, 1)]
@@ -237,7 +207,7 @@ def group_page(view: IncidentView, group: int, offset: int, max_chars: int) -> s
     (cut to fit), and the next page's offset; a UsageError for no such group or test."""
     if offset < 0:
         raise UsageError(f"offset {offset}: an offset counts tests from the first (0), never below 0")
-    failures = _failures_by_id(view.incident.failures)
+    failures = failures_by_id(view.incident.failures)
     causes = ranked_causes(view)
     if not 1 <= group <= len(causes):
         raise UsageError(f"group {group}: incident {view.incident_id} has {len(causes)} root-cause group(s), "

@@ -37,7 +37,6 @@ from pytest_selfheal.mcp_server.digest import (
     FOR_THE_USER,
     bounded_verdict,
     fit,
-    fit_by_value,
     group_page,
     incident_blocks,
     one_line,
@@ -58,11 +57,13 @@ from pytest_selfheal.report.load import build_from_store, select_ids
 from pytest_selfheal.report.sections import ESSENTIAL_VALUE, report_markdown, report_section_value
 from pytest_selfheal.run import Snapshot, describe_pytest_exit, pytest_argv, run_incident_loop, snapshot
 from pytest_selfheal.store.judging import RECORDS_GONE
+from pytest_selfheal.store.reader import IncidentSummary
 from pytest_selfheal.store.root import Store, project_store
 
 UNVERIFIED_OUTCOMES = frozenset((OUTCOME_SKIPPED, OUTCOME_MISSING))  # ran to no verdict: not verified
 NOT_LOADED = "is `-p no:selfheal` in addopts or PYTEST_ADDOPTS?"
 TAIL_LINES = 400  # pytest output lines kept in memory while it runs (only its summary is read)
+SIGNATURE_CHARS = 90  # of a signature in the incident table: the start tells them apart
 PLUGIN_LINES = 20  # lines of the plugin's own `selfheal` section passed on
 _SECTION = re.compile(r"^-+ selfheal -+$")
 _SUMMARY = re.compile(r"\bin \d+(?:\.\d+)?s\b")
@@ -79,6 +80,18 @@ def captures_options(store: Store) -> list[str]:
         except SelfhealError:
             continue  # an unreadable incident recorded nothing to trust
     return words
+
+
+def incident_table(rows: Sequence[IncidentSummary]) -> list[str]:
+    """The incidents as the lines of an aligned table (ID, STATUS, BUCKET, ATTEMPTS, SIGNATURE),
+    each cell on one line; a corrupted incident shows its whole error: that is what to fix."""
+    header = ("ID", "STATUS", "BUCKET", "ATTEMPTS", "SIGNATURE")
+    body = [(one_line(row.incident_id), one_line(row.status), one_line(row.bucket), str(row.attempts),
+             one_line(row.error, 2000) if row.corrupted else one_line(row.error_signature, SIGNATURE_CHARS))
+            for row in rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
+    return ["  ".join([*(cell.ljust(width) for cell, width in zip(line, widths)), line[-1]]).rstrip()
+            for line in [header, *body]]
 
 
 @dataclass(frozen=True)
@@ -170,13 +183,8 @@ class Project:
         rows = list(reversed(store.list_incidents()))
         if not rows:
             return ToolResult(f"no incidents in {store.root}; call run_tests to run the suite")
-        lines = [
-            f"{row.incident_id}  {row.status}  {row.bucket}  attempts {row.attempts}  "
-            + one_line(row.error if row.corrupted else row.error_signature, 160)
-            for row in rows
-        ]
-        head = f"{len(rows)} incident(s), newest first (id, status, bucket, attempts, signature):"
-        return ToolResult(fit([head, *lines], effective.settings.mcp.max_chars, what="incident line(s)",
+        head = f"{len(rows)} incident(s), newest first:"
+        return ToolResult(fit([head, *incident_table(rows)], effective.settings.mcp.max_chars, what="incident line(s)",
                               more="`selfheal status` lists them all", separator="\n"))
 
     def show(self, incident_id: str, group: Optional[int] = None, offset: Optional[int] = None) -> ToolResult:
@@ -205,9 +213,9 @@ class Project:
             raise NotFoundError(f"no incidents in {store.root}")
         report = build_from_store(store, ids, self.root)
         markdown = effective.redactor.redact(report_markdown(report, hooks.cli_plugin_manager(), headline=True))
-        blocks = re.split(r"\n(?=#{2,4} )", markdown.strip())
-        return ToolResult(fit_by_value(blocks, effective.settings.mcp.max_chars, value=report_section_value, essential=ESSENTIAL_VALUE,
-                                       more=f"`selfheal report {ids[0]}` prints the whole report"))
+        blocks = re.split(r"\n+(?=#{2,4} )", markdown.strip())
+        return ToolResult(fit(blocks, effective.settings.mcp.max_chars, value=report_section_value, essential=ESSENTIAL_VALUE,
+                              more=f"`selfheal report {ids[0]}` prints the whole report"))
 
     def loop(self, incident_id: str) -> ToolResult:
         self.require_project()
@@ -464,14 +472,9 @@ class Project:
     def approval_question(self, proposed: ProposedPatch) -> str:
         """What the user is asked before ``apply``: the question and the diff, redacted, within ``mcp.max_chars``."""
         effective = self.effective()
-        limit = effective.settings.mcp.max_chars
         question = effective.redactor.redact(proposed.question)
         diff = effective.redactor.redact(proposed.patch.decode("utf-8", errors="replace"))
-        room = limit - len(question) - 2
-        if len(diff) > room:
-            note = f"\n[diff cut at {limit} characters; the whole patch: {proposed.path}]"
-            diff = diff[:max(room - len(note), 0)].rsplit("\n", 1)[0] + note
-        return (question + "\n\n" + diff)[:limit] if room > 0 else question[:limit]
+        return fit([question, diff], effective.settings.mcp.max_chars, more=f"the whole patch: {proposed.path}")
 
     def apply(self, proposed: ProposedPatch) -> ToolResult:
         apply_proposed(self.store(), proposed)
