@@ -110,15 +110,15 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     still_open: list[str] = []
     iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
     # The run's replayable options: compared by agent mode, recorded by a capture.
-    options, options_problem = capture_options(recorder.config)
+    options = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
-        agent = recorder.loop_side().record_attempts(failures, exitstatus, None if options_problem else options)
+        agent = recorder.loop_side().record_attempts(failures, exitstatus, options)
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
     if (remaining or recorder.passed) and not still_open and not recorder.ci_run and recorder.has_stopped_incidents():
         remaining, continued = recorder.loop_side().attach_to_stopped(remaining, failures, git, exitstatus,
-                                                                      None if options_problem else options, iterated)
+                                                                      options, iterated)
         still_open += continued
     if not remaining and not still_open and recorder.passed and recorder.remembers_stops():
         recorder.lines.extend((ESSENTIAL, line) for line in forgotten_stop_lines(
@@ -131,8 +131,6 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         ))
     elif remaining:
         nodeids = {f.nodeid for f in remaining}
-        if options_problem:
-            warnings.append(options_problem)
         # Failing tests the junit reader did not keep (its cap): counted, never verified.
         failing_ids = len({nodeid for nodeid, _ in reports})
         unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
