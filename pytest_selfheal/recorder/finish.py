@@ -33,7 +33,6 @@ from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import atomic_write_text, project_path
-from pytest_selfheal.store.root import project_store
 
 
 def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[tuple[str, Any]]:
@@ -155,8 +154,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         recorder.incident_id = result.incident_id
         recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)  # the report's input, as written
         if recorder.spectrum is not None and recorder.spectrum.passed:  # the regression check's reach
-            project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor).write_run_file(
-                result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
+            recorder.loop_side().store().write_run_file(result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
                 passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))
