@@ -436,7 +436,7 @@ def test_replayable_options_ask_pytests_own_parser(pytestconfig: pytest.Config) 
     lookup = option_lookup(pytestconfig.pluginmanager.get_plugin(OPTIONS_PLUGIN))
     args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
             "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--selfheal-dir", "d", "--strict-markers",
-            "--mystery", "positional", "-W", "error", "-Wignore", "--durations=-1", "-qx", "--runxfail",
+            "--mystery", "positional", "-W", "error", "-Wignore", "--durations=-1", "-qx", "--runxfail", "@args.txt",
             "--", "-p", "after"]
     assert replayable_options(args, lookup) == [
         "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--strict-markers", "-W", "error", "-W", "ignore",

@@ -34,14 +34,6 @@ DROPPED_DESTS = frozenset({
 OptionLookup = Callable[[str, Optional[str]], Optional[tuple[bool, str]]]
 
 
-def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
-    if dest.startswith("selfheal"):
-        return True
-    # The plugin itself: the verification child loads it (or not) as the user's pytest does.
-    # Its modules by name: a plugin whose name only starts like it is another plugin.
-    return dest == "plugins" and value is not None and value.split(".")[0] == "pytest_selfheal"
-
-
 def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
     """The options of ``args`` to replay, in order, with their values; unknown ones and positionals dropped."""
     kept: list[str] = []
@@ -66,7 +58,10 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
         if takes_value and not eq:
             value = args[index]
             index += 1
-        if dest in DROPPED_DESTS or _is_selfheal_option(dest, value):
+        # The plugin itself too: the verification child loads it (or not) as the user's pytest
+        # does; its modules by name (a plugin whose name only starts like it is another plugin).
+        own = dest.startswith("selfheal") or dest == "plugins" and (value or "").split(".")[0] == "pytest_selfheal"
+        if dest in DROPPED_DESTS or own:
             continue
         if value is None:
             kept.append(name)
@@ -93,11 +88,11 @@ def option_lookup(parser: pytest.Parser) -> OptionLookup:
     """The lookup that asks pytest's own ``parser`` (public API only) to parse the option."""
 
     def lookup(option: str, value: Optional[str]) -> Optional[tuple[bool, str]]:
-        # A value that looks like an option is the next option (argparse reads it so), unless
-        # this option needs a value.
+        # A next token that looks like an option, or names a file of arguments, is no value
+        # (argparse reads it so) unless this option needs one.
         if value is None:
             attempts = [[option]]
-        elif value.startswith("-"):
+        elif value.startswith(("-", "@")):
             attempts = [[option], [f"{option}={value}"]]
         else:
             attempts = [[option, value]]
