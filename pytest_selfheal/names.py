@@ -52,6 +52,8 @@ TAKEN_SIGNALS: tuple[str, ...] = (VERIFYING_ENV, CI_RUN_ENV, SPAWN_MARK_VARIABLE
 
 # The recorder's name in pytest's plugin manager (``-p no:selfheal-recorder`` turns it off).
 RECORDER_PLUGIN = "selfheal-recorder"
+# pytest's option parser, registered by plugin.py: the capture asks it which options it replays.
+OPTIONS_PLUGIN = "selfheal-options"
 
 # A verification's long selection travels in a file selfheal writes under the reports root
 # (``error_runs/<id>/selection.json``), read by the plugin module the child loads with

@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from pytest_selfheal import hookspecs
+from pytest_selfheal import hookspecs, names
 from pytest_selfheal.names import CI_RUN_ENV, INI_KEYS, LOCALISE_ENV, RECORDER_PLUGIN, TAKEN_SIGNALS, VERIFYING_ENV
 
 _SIGNALS = pytest.StashKey[dict[str, str]]()  # selfheal's own variables of this run (TAKEN_SIGNALS)
@@ -23,8 +23,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """The ``--selfheal*`` flags and their ini twins."""
+    pluginmanager.register(parser, names.OPTIONS_PLUGIN)
     group = parser.getgroup("selfheal", "self-healing: incidents and the RALF-Lite loop")
     group.addoption("--selfheal", action="store_true", default=None,
                     help="capture failing runs as incidents under the reports root (ini: selfheal)")

@@ -99,7 +99,7 @@ class _RecordingParser:
 
 def _plugin_flags() -> set[str]:
     recorder = _RecordingParser()
-    plugin.pytest_addoption(recorder)  # type: ignore[arg-type]
+    plugin.pytest_addoption(recorder, pytest.PytestPluginManager())  # type: ignore[arg-type]
     return recorder.flags
 
 

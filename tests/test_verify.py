@@ -13,7 +13,7 @@ import pytest
 from helpers import git_commit_all, make_project, run_env
 from test_process import alive
 
-from pytest_selfheal.capture.options import replayable_options
+from pytest_selfheal.capture.options import option_lookup, replayable_options
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.gitrepo import PendingSnapshot, clean_tree_hash, diff_hash, git_snapshot
 from pytest_selfheal.loop.verify import (
@@ -28,6 +28,7 @@ from pytest_selfheal.loop.verify import (
     run_selection,
     runner,
 )
+from pytest_selfheal.names import OPTIONS_PLUGIN
 from pytest_selfheal.process import read_tail
 from pytest_selfheal.records import models
 from pytest_selfheal.redact import default_redactor
@@ -427,8 +428,19 @@ def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> No
     args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
             "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--target", "staging", "--strict-markers",
             "--mystery", "positional", "--", "-p", "after"]
-    assert replayable_options(args, known.get) == [
+    assert replayable_options(args, lambda name, _value: known.get(name)) == [
         "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--target", "staging", "--strict-markers"]
+
+
+def test_replayable_options_ask_pytests_own_parser(pytestconfig: pytest.Config) -> None:
+    lookup = option_lookup(pytestconfig.pluginmanager.get_plugin(OPTIONS_PLUGIN))
+    args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
+            "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--selfheal-dir", "d", "--strict-markers",
+            "--mystery", "positional", "-W", "error", "-Wignore", "--durations=-1", "-qx", "--runxfail", "@args.txt",
+            "--", "-p", "after"]
+    assert replayable_options(args, lookup) == [
+        "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--strict-markers", "-W", "error", "-W", "ignore",
+        "--runxfail"]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,13 @@ plugin's own options are dropped."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, cast
+
+import pytest
+
+from pytest_selfheal.names import OPTIONS_PLUGIN
 
 # argparse destinations of options that only select, print, parallelise or debug.
 DROPPED_DESTS = frozenset({
@@ -24,16 +29,9 @@ DROPPED_DESTS = frozenset({
     "numprocesses", "maxprocesses", "dist", "tx", "looponfail", "rsyncdir",
 })
 
-# (takes a value?, argparse dest) of an option string, or None when pytest does not know it.
-OptionLookup = Callable[[str], Optional[tuple[bool, str]]]
-
-
-def _is_selfheal_option(dest: str, value: Optional[str]) -> bool:
-    if dest.startswith("selfheal"):
-        return True
-    # The plugin itself: the verification child loads it (or not) as the user's pytest does.
-    # Its modules by name: a plugin whose name only starts like it is another plugin.
-    return dest == "plugins" and value is not None and value.split(".")[0] == "pytest_selfheal"
+# (takes ``value``, the token after it or attached to it, as its value?, argparse dest) of an
+# option string, or None when pytest does not know it or it needs a value it is not given.
+OptionLookup = Callable[[str, Optional[str]], Optional[tuple[bool, str]]]
 
 
 def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
@@ -49,20 +47,21 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
             continue  # a path or node id: the loop selects
         name, eq, attached = token.partition("=") if token.startswith("--") else (token, "", "")
         if not eq and not token.startswith("--") and len(token) > 2:
-            found = lookup(token[:2])
+            found = lookup(token[:2], token[2:])
             if found is not None and found[0]:
                 name, attached, eq = token[:2], token[2:], "="  # "-pno:randomly"
-        found = lookup(name)
+        found = lookup(name, attached if eq else args[index] if index < len(args) else None)
         if found is None:
             continue
         takes_value, dest = found
         value: Optional[str] = attached if eq else None
         if takes_value and not eq:
-            if index >= len(args):
-                continue
             value = args[index]
             index += 1
-        if dest in DROPPED_DESTS or _is_selfheal_option(dest, value):
+        # The plugin itself too: the verification child loads it (or not) as the user's pytest
+        # does; its modules by name (a plugin whose name only starts like it is another plugin).
+        own = dest.startswith("selfheal") or dest == "plugins" and (value or "").split(".")[0] == "pytest_selfheal"
+        if dest in DROPPED_DESTS or own:
             continue
         if value is None:
             kept.append(name)
@@ -73,27 +72,47 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
     return kept
 
 
-def option_lookup(config: Any) -> Optional[OptionLookup]:
-    """The lookup over ``config``'s option parser, or None when this pytest does not expose it."""
-    parser = getattr(getattr(config, "_parser", None), "optparser", None)
-    actions = getattr(parser, "_option_string_actions", None)
-    if not isinstance(actions, dict):
-        return None
+class _Written(argparse.Namespace):
+    """A namespace holding every option's default already, so argparse writes only what it
+    parses: those destinations, in order."""
 
-    def lookup(option: str) -> Optional[tuple[bool, str]]:
-        action = actions.get(option)
-        if action is None:
-            return None
-        return action.nargs != 0, str(action.dest)
+    def __init__(self, defaults: argparse.Namespace) -> None:
+        self.__dict__.update(vars(defaults), written=[])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.written.append(name)
+        super().__setattr__(name, value)
+
+
+def option_lookup(parser: pytest.Parser) -> OptionLookup:
+    """The lookup that asks pytest's own ``parser`` (public API only) to parse the option."""
+
+    def lookup(option: str, value: Optional[str]) -> Optional[tuple[bool, str]]:
+        # A next token that looks like an option, or names a file of arguments, is no value
+        # (argparse reads it so) unless this option needs one.
+        if value is None:
+            attempts = [[option]]
+        elif value.startswith(("-", "@")):
+            attempts = [[option], [f"{option}={value}"]]
+        else:
+            attempts = [[option, value]]
+        for tokens in attempts:
+            try:
+                namespace, unknown = parser.parse_known_and_unknown_args(tokens, _Written(parser.parse_known_args([])))
+            except pytest.UsageError:
+                continue
+            if unknown:
+                return None
+            # What it parsed comes first; argparse then rewrites the string defaults of the rest.
+            return tokens != [option] and value not in namespace.file_or_dir, namespace.written[0]
+        return None
 
     return lookup
 
 
-def capture_options(config: Any) -> tuple[list[str], Optional[str]]:
-    lookup = option_lookup(config)
-    if lookup is None:
-        return [], "this pytest does not expose its option parser: the run's options are not replayed"
-    return replayable_options(list(config.invocation_params.args), lookup), None
+def capture_options(config: pytest.Config) -> list[str]:
+    parser = cast(pytest.Parser, config.pluginmanager.get_plugin(OPTIONS_PLUGIN))  # plugin.py registered it
+    return replayable_options(list(config.invocation_params.args), option_lookup(parser))
 
 
 __all__ = ["DROPPED_DESTS", "capture_options", "option_lookup", "replayable_options"]

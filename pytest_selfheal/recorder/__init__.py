@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Optional
 import pytest
 
 from pytest_selfheal.names import (
-    CI_RUN_ENV,
     DEFAULT_REPORTS_DIR,
     FLAG_KEYS,
     INBOX_DIR,
@@ -54,7 +53,7 @@ RERUN_OUTCOME: str = "rerun"
 # The report attribute carrying a failure's root-cause evidence as JSON, which xdist serialises.
 ROOT_CAUSE_ATTR = "selfheal_root_cause"
 
-def start(config: pytest.Config, ci_run: Optional[str] = None) -> None:
+def start(config: pytest.Config, ci_run: Optional[str]) -> None:
     """Read the config if there is one (refusing a bad one) and register the recorder on the controller."""
     effective = load_effective_config(config) if has_config(config) else None
     worker = hasattr(config, "workerinput")
@@ -249,8 +248,8 @@ class Recorder:
         self.captured: Optional[IncidentRun] = None
         self.started_at = datetime.now(timezone.utc)
         self.reports_root = Path(config.rootpath, effective.settings.reports_dir if effective else DEFAULT_REPORTS_DIR)
-        # `selfheal ci`'s run token, taken out of the environment before any test can see it.
-        self.ci_run: Optional[str] = ci_run or os.environ.pop(CI_RUN_ENV, None) or None
+        # `selfheal ci`'s run token, taken out of the environment before any test could see it (plugin.py).
+        self.ci_run: Optional[str] = ci_run or None
         self._loop_side: Optional[LoopSide] = None
         self.open_incidents: list[OpenIncident] = self._open_incidents()
         # A run that may be an incident's verdict compiles afresh (LoopSide.fresh_pycache).
@@ -315,8 +314,7 @@ class Recorder:
         return self.effective.redactor
 
     def _record(self, report: Any) -> None:
-        if self.unlogged:
-            self._logged(report)
+        self._logged(report)
         self.failed.append(report)
 
     def _logged(self, report: Any) -> None:
@@ -337,8 +335,7 @@ class Recorder:
     def _rerun(self, report: pytest.TestReport) -> None:
         """A failed run a re-run plugin runs again: kept, its attempt not counted as a test."""
         nodeid = report.nodeid
-        if self.unlogged:
-            self._logged(report)
+        self._logged(report)
         if nodeid not in self.rerun_attempt:  # an attempt's first failing phase (a teardown may follow)
             self.rerun_attempt.add(nodeid)
             self.tests -= 1

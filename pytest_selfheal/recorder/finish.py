@@ -33,7 +33,6 @@ from pytest_selfheal.report.render import render_terminal
 from pytest_selfheal.report.sections import report_markdown
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import atomic_write_text, project_path
-from pytest_selfheal.store.root import project_store
 
 
 def failed_reports(recorder: Recorder, kept: Optional[Sequence[Any]] = None) -> list[tuple[str, Any]]:
@@ -110,15 +109,15 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     still_open: list[str] = []
     iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
     # The run's replayable options: compared by agent mode, recorded by a capture.
-    options, options_problem = capture_options(recorder.config)
+    options = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
-        agent = recorder.loop_side().record_attempts(failures, exitstatus, None if options_problem else options)
+        agent = recorder.loop_side().record_attempts(failures, exitstatus, options)
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
         covered, still_open, iterated = agent.covered, agent.still_open, agent.touched
     remaining = [f for f in failures if f.nodeid not in covered]
     if (remaining or recorder.passed) and not still_open and not recorder.ci_run and recorder.has_stopped_incidents():
         remaining, continued = recorder.loop_side().attach_to_stopped(remaining, failures, git, exitstatus,
-                                                                      None if options_problem else options, iterated)
+                                                                      options, iterated)
         still_open += continued
     if not remaining and not still_open and recorder.passed and recorder.remembers_stops():
         recorder.lines.extend((ESSENTIAL, line) for line in forgotten_stop_lines(
@@ -131,8 +130,6 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         ))
     elif remaining:
         nodeids = {f.nodeid for f in remaining}
-        if options_problem:
-            warnings.append(options_problem)
         # Failing tests the junit reader did not keep (its cap): counted, never verified.
         failing_ids = len({nodeid for nodeid, _ in reports})
         unverified = failing_ids - len(failures) if len(failures) >= reader.MAX_FAILURES else 0
@@ -157,8 +154,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
         recorder.incident_id = result.incident_id
         recorder.captured = IncidentRun(incident=result.incident, plan=result.plan)  # the report's input, as written
         if recorder.spectrum is not None and recorder.spectrum.passed:  # the regression check's reach
-            project_store(recorder.config.rootpath, recorder.effective.settings.reports_dir, recorder.redactor).write_run_file(
-                result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
+            recorder.loop_side().store().write_run_file(result.incident_id, PASSING_SPECTRUM_FILE, json.dumps(
                 passing_spectrum(recorder.spectrum.covered, recorder.spectrum.passed)))
         recorder.lines.extend((ESSENTIAL if index == 0 else DETAIL, line)
                               for index, line in enumerate(result.summary_lines))

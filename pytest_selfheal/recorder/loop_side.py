@@ -91,7 +91,7 @@ class LoopSide:
             return False
 
     def record_attempts(
-        self, failures: list[Any], exitstatus: int, run_options: Optional[list[str]], store: Optional[Store] = None,
+        self, failures: list[Any], exitstatus: int, run_options: list[str], store: Optional[Store] = None,
         incidents: Optional[list[agent_mode.OpenIncident]] = None, outcomes: Optional[dict[str, str]] = None,
     ) -> agent_mode.AgentResult:
         """This run as the next attempt of each open incident (default: the run's) whose tests it ran."""
@@ -111,7 +111,7 @@ class LoopSide:
 
     def attach_to_stopped(
         self, remaining: list[Any], failures: list[Any], git: Optional[PendingSnapshot], exitstatus: int,
-        run_options: Optional[list[str]], iterated: list[str],
+        run_options: list[str], iterated: list[str],
     ) -> tuple[list[Any], list[str]]:
         """A stop sticks (loop/sticky.py): code unchanged → STOP already_stopped, changed → that
         incident's next iteration. Returns the failures left to capture, the incidents still open."""
