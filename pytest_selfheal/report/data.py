@@ -92,6 +92,7 @@ _ITERATION_FIELDS = ("iteration", "mode", "started_at", "finished_at", "result",
 _TASK_FIELDS = ("title", "nodeids", "fingerprint", "fingerprints", "signature", "failure_type", "where", "also_where")
 _INCIDENT_FIELDS = ("created_at", "step", "failure_class", "error_signature", "unverified_failures")
 _RUN_RESULT_FIELDS = ("same_error_repeats", "runtime_minutes", "archived_to", "decision_point")
+_NEW_FAILURE_FIELDS = ("fingerprint", "signature", "failure_type")  # each only when the failure recorded it
 
 
 def _iteration_entry(attempt: Attempt) -> ReportIteration:
@@ -250,11 +251,8 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     for attempt in attempts:
         for failure in attempt.new_failures:
             new_failures.setdefault((_failure_id(failure) or "", failure.fingerprint), NewFailure(
-                nodeid=_failure_id(failure),
-                fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
-                signature=failure.signature if _recorded(failure, "signature") else None,
-                failure_type=failure.failure_type if _recorded(failure, "failure_type") else None,
-                iteration=attempt.iteration,
+                **{name: getattr(failure, name) if _recorded(failure, name) else None for name in _NEW_FAILURE_FIELDS},
+                nodeid=_failure_id(failure), iteration=attempt.iteration,
             ))
 
     tooling = any(f.failure_type == TOOLING_ENV for f in failures)

@@ -418,7 +418,7 @@ class Store(StoreReader):
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
-                events = ev.since_last_reopen(self._read_events_at(folder)[0])
+                events = ev.since_last(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
@@ -451,8 +451,7 @@ class Store(StoreReader):
                 self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
-                events = self._read_events_at(folder)[0]
-                tail = events[max((i for i, e in enumerate(events) if e.event == ev.INCIDENT_ARCHIVED), default=-1) + 1:]
+                tail = ev.since_last(self._read_events_at(folder)[0], ev.INCIDENT_ARCHIVED)
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
