@@ -250,10 +250,10 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
     for attempt in attempts:
         for failure in attempt.new_failures:
+            identity: dict[str, Any] = {name: getattr(failure, name) if _recorded(failure, name) else None
+                                        for name in _NEW_FAILURE_FIELDS}
             new_failures.setdefault((_failure_id(failure) or "", failure.fingerprint), NewFailure(
-                **{name: getattr(failure, name) if _recorded(failure, name) else None for name in _NEW_FAILURE_FIELDS},
-                nodeid=_failure_id(failure), iteration=attempt.iteration,
-            ))
+                **identity, nodeid=_failure_id(failure), iteration=attempt.iteration))
 
     tooling = any(f.failure_type == TOOLING_ENV for f in failures)
     recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None, tooling)
