@@ -172,6 +172,9 @@ def test_show_text_and_json(project: Path) -> None:
     assert data["plan"]["actions"] == [{"id": "A1", "title": "Fix test_x"}]
     assert data["attempt_results"][0]["stop_reason"] == "max_iterations"
     assert data["events"] == 3 and data["warnings"] == []
+    (store.incident_dir(incident_id) / "status.txt").write_text("planned\n", encoding="utf-8")  # a hand edit
+    data = json.loads(cli("show", incident_id, "--json", *dir_args(project)).stdout)
+    assert data["status"] == data["incident"]["status"] == "planned"  # status.txt's, as in the report
 
 
 def test_show_minimal_incident(project: Path) -> None:

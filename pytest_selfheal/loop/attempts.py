@@ -355,7 +355,7 @@ def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,
         judging.remember_stop(project_root, judging.RememberedStop(
             incident_id, reason, first_few(named) if named else decision.message or "", last,
             pol.max_iterations, tuple(attempts[-1].outcomes) if attempts else ()))
-        records = ev.since_last_reopen(run.events)
+        records = ev.since_last(run.events)
         if not has_event(records, ev.DECISION_POINT_NEEDED, **stop_data):
             run.append_event(ev.DECISION_POINT_NEEDED, **stop_data, decision_point=point)
         kill_point("finalize:after_decision_point")

@@ -32,7 +32,7 @@ from pytest_selfheal.loop.attempts import (
 )
 from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, loop_lock, signal_handlers
 from pytest_selfheal.loop.decision import decide, known_flaky
-from pytest_selfheal.loop.messages import command_shown, every_key, iteration_prefix, option_record, status_line
+from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident, passes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
@@ -53,6 +53,7 @@ from pytest_selfheal.plan.build import readable_command, verification_argv
 from pytest_selfheal.plan.groups import selected_by
 from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import Incident
+from pytest_selfheal.records.jsondoc import every_key
 from pytest_selfheal.records.models import Failure
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import DecisionContext, DecisionPoint, LoopResult

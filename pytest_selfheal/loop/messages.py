@@ -20,7 +20,7 @@ from pytest_selfheal.loop.policy import (
     is_evidence,
 )
 from pytest_selfheal.records.attempt import Decision, RepairBlock
-from pytest_selfheal.records.jsondoc import fields_of
+from pytest_selfheal.records.jsondoc import every_key
 from pytest_selfheal.records.models import OUTCOME_MISSING, OUTCOME_SKIPPED
 from pytest_selfheal.records.run_result import DecisionContext, DecisionOption, DecisionPoint, Handoff, RunRepair
 from pytest_selfheal.records.stops import progress_words, stop_facts, stop_tone
@@ -178,11 +178,6 @@ def decision_point(decision: Decision, observations: Sequence[Observation], poli
 
 def option_record(oid: str, label: str, command: Optional[str]) -> DecisionOption:
     return DecisionOption(id=oid, label=label, command=command, keys=every_key(DecisionOption))
-
-
-def every_key(record: type) -> tuple[str, ...]:
-    """Every key of a record, in its order: what a record written here writes (a null stays null)."""
-    return tuple(f.key for f in fields_of(record))
 
 
 def handoff(

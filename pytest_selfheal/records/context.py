@@ -7,10 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from pytest_selfheal.records.jsondoc import JsonRecord, empty_map
-
-# The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
-SNAPSHOT_KEYS = ("root", "commit", "branch", "dirty", "diff_stat", "untracked")
+from pytest_selfheal.records.jsondoc import JsonRecord, empty_map, every_key
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,10 @@ class GitContext(JsonRecord):
     def clean_commit(self) -> Optional[str]:
         """The commit when the tree was known clean at it (its diff hash is the clean tree's), else None."""
         return self.commit if self.dirty is False else None
+
+
+# The keys a snapshot writes, in this order (``commit``/``branch`` null when unknown).
+SNAPSHOT_KEYS = every_key(GitContext, "error")
 
 
 @dataclass(frozen=True)

@@ -311,6 +311,11 @@ def fields_of(cls: type) -> tuple[Field, ...]:
     return _shape(cls).fields
 
 
+def every_key(cls: type, *without: str) -> tuple[str, ...]:
+    """The JSON keys of ``cls`` in its fields' order but ``without``: a record written whole, nulls too."""
+    return tuple(field.key for field in fields_of(cls) if field.key not in without)
+
+
 class _Shape:
     """What ``parse`` and ``to_json`` read of a record class's fields, worked out once per class."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
-from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord
+from pytest_selfheal.records.jsondoc import REQUIRED, JsonRecord, every_key
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,6 @@ class ReplayStop(JsonRecord):
     final_status: Annotated[Any, REQUIRED] = None
 
 
-# The keys ``selfheal replay`` compares, in the order the state is written.
-COMPARED_KEYS = ("incident_id", "status", "bucket", "iterations", "stop_reason", "final_status", "archived_to")
-
-
 @dataclass(frozen=True)
 class LoopState(JsonRecord):
     """The loop state rebuilt from the events or from the files; ``loop_stops`` (every
@@ -47,3 +43,7 @@ class LoopState(JsonRecord):
     final_status: Optional[str] = None
     archived_to: Optional[str] = None
     loop_stops: tuple[ReplayStop, ...] = ()
+
+
+# The keys ``selfheal replay`` compares, in the order the state is written.
+COMPARED_KEYS = every_key(LoopState, "loop_stops")

@@ -3,8 +3,7 @@ killed run may leave behind (docs/repair.md). Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 from pytest_selfheal.records.jsondoc import JsonRecord
 
@@ -16,4 +15,3 @@ class WorktreeRecord(JsonRecord):
     repo: str = ""  # the repository's top level
     path: str = ""  # the worktree
     scratch: str = ""  # the temporary directory holding it
-    keys: Optional[tuple[str, ...]] = field(default=("repo", "path", "scratch"), repr=False, compare=False, kw_only=True)

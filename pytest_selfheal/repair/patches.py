@@ -23,6 +23,7 @@ from pytest_selfheal.errors import NotFoundError, RefusedError, printable
 from pytest_selfheal.gitrepo import GitFailed, isolated_git_env, repo_top, run_git
 from pytest_selfheal.loop.argcheck import inside_root
 from pytest_selfheal.loop.verify import verification_root
+from pytest_selfheal.records.jsondoc import every_key
 from pytest_selfheal.records.run_result import RunRepair
 from pytest_selfheal.records.vocab import FinalStatus
 from pytest_selfheal.repair.worktree import apply_patch, check_patch
@@ -224,9 +225,8 @@ def apply_proposed(store: Store, proposed: ProposedPatch) -> None:
     repair = dataclasses.replace(
         block, final_patch=block.final_patch or "final.patch", applied=True, applied_at=format_ts(),
         applied_to=str(top), apply_command=None, message=f"applied to {top} with `selfheal apply`",
-        keys=(*read, *(key for key in _APPLIED_KEYS if key not in read)),  # every one written, nulls too
+        # Every key this sets written, nulls too.
+        keys=(*read, *(key for key in every_key(RunRepair, "files_changed", "provider_calls") if key not in read)),
     )
     store.write_run_result(incident_id, dataclasses.replace(existing, repair=repair))
 
-
-_APPLIED_KEYS = ("final_patch", "applied", "applied_at", "applied_to", "apply_command", "message")

@@ -44,7 +44,7 @@ from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
 from pytest_selfheal.records.attempt import Attempt, RepairBlock
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.jsondoc import freeze
+from pytest_selfheal.records.jsondoc import every_key, freeze
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.repair import WorktreeRecord
 from pytest_selfheal.records.run_result import LoopResult, RunRepair
@@ -346,11 +346,11 @@ class RepairSession:
         return result
 
 
-# The repair block's keys in the order it is written (every one, empty lists and nulls included).
-_BLOCK_HEAD = ("provider", "result", "files_changed", "patch", "scope_denied", "out_of_scope")
-_BLOCK_TAIL = ("exit_code", "duration_seconds", "message", "actions_applied", "prompt", "log", "worktree", "tests_edited")
-_BLOCK_KEYS = _BLOCK_HEAD + _BLOCK_TAIL
-_REDIRECTED_BLOCK_KEYS = (*_BLOCK_HEAD, "code_path_not_redirected", *_BLOCK_TAIL)
+# The repair block is written whole, nulls and empty lists too; the code paths verification
+# could not redirect (an extra key, only when there are some) follow its scope's keys.
+_BLOCK_KEYS = every_key(RepairBlock)
+_AT = _BLOCK_KEYS.index("exit_code")
+_REDIRECTED_BLOCK_KEYS = (*_BLOCK_KEYS[:_AT], "code_path_not_redirected", *_BLOCK_KEYS[_AT:])
 
 
 def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
@@ -442,10 +442,6 @@ def repair_loop(
                 record.unlink()
 
 
-# The run result's repair block, every key written in this order.
-_RUN_REPAIR_KEYS = ("final_patch", "applied", "apply_command", "files_changed", "message", "provider_calls")
-
-
 def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktree, session: RepairSession,
                approver: Approver, say: Say, state: Optional[LoopRun] = None) -> LoopResult:
     """final.patch, approval, apply; the run result's ``repair`` block."""
@@ -518,7 +514,7 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
                 raise fsio.io_error("remove", stale, exc) from None
         message = "no change was proposed" if not resolved else "resolved without a code change"
     repair = RunRepair(final_patch=FINAL_PATCH if patch.strip() else None, applied=applied, apply_command=command, files_changed=tuple(files),
-                       message=message, provider_calls=len(session.results), keys=_RUN_REPAIR_KEYS)
+                       message=message, provider_calls=len(session.results), keys=every_key(RunRepair, "applied_at", "applied_to"))
     existing = state.run_result if state is not None else store.read_run_result(incident_id)
     if existing is not None and (existing.iteration, existing.stop_reason) == (result.iteration, result.stop_reason):
         written = dataclasses.replace(existing, repair=repair)

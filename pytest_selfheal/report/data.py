@@ -17,11 +17,11 @@ from pytest_selfheal.history.triage import RERUN_DETAIL, TRIAGE_LABELS
 from pytest_selfheal.loop import messages, policy
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.incident import Failure, Incident
-from pytest_selfheal.records.jsondoc import JsonRecord, plain_json
+from pytest_selfheal.records.jsondoc import JsonRecord, every_key, plain_json
 from pytest_selfheal.records.models import TOOLING_ENV
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.report import NewFailure, Report, ReportIncident, ReportIteration, ReportTask, TriageEntry
-from pytest_selfheal.records.run_result import RunResult
+from pytest_selfheal.records.run_result import Handoff, RunResult
 from pytest_selfheal.records.tolerant import strs, unique
 from pytest_selfheal.records.vocab import StopReason, TriageLabel
 from pytest_selfheal.report.outcome import assemble_report
@@ -92,6 +92,7 @@ _ITERATION_FIELDS = ("iteration", "mode", "started_at", "finished_at", "result",
 _TASK_FIELDS = ("title", "nodeids", "fingerprint", "fingerprints", "signature", "failure_type", "where", "also_where")
 _INCIDENT_FIELDS = ("created_at", "step", "failure_class", "error_signature", "unverified_failures")
 _RUN_RESULT_FIELDS = ("same_error_repeats", "runtime_minutes", "archived_to", "decision_point")
+_NEW_FAILURE_FIELDS = ("fingerprint", "signature", "failure_type")  # each only when the failure recorded it
 
 
 def _iteration_entry(attempt: Attempt) -> ReportIteration:
@@ -249,13 +250,10 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
     new_failures: dict[tuple[str, str], NewFailure] = {}  # each failure once, at its first iteration
     for attempt in attempts:
         for failure in attempt.new_failures:
+            identity: dict[str, Any] = {name: getattr(failure, name) if _recorded(failure, name) else None
+                                        for name in _NEW_FAILURE_FIELDS}
             new_failures.setdefault((_failure_id(failure) or "", failure.fingerprint), NewFailure(
-                nodeid=_failure_id(failure),
-                fingerprint=failure.fingerprint if _recorded(failure, "fingerprint") else None,
-                signature=failure.signature if _recorded(failure, "signature") else None,
-                failure_type=failure.failure_type if _recorded(failure, "failure_type") else None,
-                iteration=attempt.iteration,
-            ))
+                **identity, nodeid=_failure_id(failure), iteration=attempt.iteration))
 
     tooling = any(f.failure_type == TOOLING_ENV for f in failures)
     recommended = _next_action(incident_id, stop_reason, finished, bool(iterations), run.plan is not None, tooling)
@@ -263,13 +261,10 @@ def _incident_entry(run: IncidentRun) -> ReportIncident:
         handoff = rr.handoff.to_json()  # the loop's handoff, copied as recorded
         if isinstance(handoff.get("recommended_next_action"), str):
             recommended = handoff["recommended_next_action"]
-    else:
-        handoff = {
-            "iterations": len(iterations),
-            "fingerprints_per_iteration": [list(f) for f in fingerprints_per_iteration],
-            "fixed": list(tests_fixed),
-            "flaky_tests": list(flaky),
-        }
+    else:  # the handoff the loop writes, of this entry's values
+        handoff = Handoff(iterations=len(iterations), fingerprints_per_iteration=fingerprints_per_iteration,
+                          fixed=tuple(tests_fixed), flaky_tests=tuple(flaky),
+                          keys=every_key(Handoff, "stop_reason", "recommended_next_action")).to_json()
     # A repair that applied or proposed a fix changes what a person does next.
     after_repair = messages.next_action_after_repair(stop_reason, incident_id, rr.repair) if rr is not None else None
     handoff["recommended_next_action"] = after_repair or recommended

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pytest_selfheal.loop.policy import result_in_force
 from pytest_selfheal.plan.build import group_failures
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.incident_view import IncidentView
 from pytest_selfheal.records.plan import Plan, PlanAction
+from pytest_selfheal.report.load import load_incident_run
 from pytest_selfheal.store.root import Store
 
 
@@ -24,16 +24,13 @@ def root_causes(incident: Incident, plan: Optional[Plan]) -> tuple[PlanAction, .
 
 
 def incident_view(store: Store, incident_id: str) -> IncidentView:
-    """One incident as records (errors raised: 2 bad id, 3 corrupted files, 4 unknown id)."""
-    bucket, folder = store.locate(incident_id)
-    incident = store.read_incident(incident_id)
-    status = store.read_status(incident_id)
-    plan = store.read_plan(incident_id) if store.has_plan(incident_id) else None
-    attempts = store.read_attempts(incident_id)
+    """One incident as records, from the files the report reads (errors raised: 2 bad id, 3
+    corrupted files, 4 unknown id); its status is ``status.txt``'s, the incident's included."""
+    run = load_incident_run(store, incident_id)
     events, warnings = store.read_events(incident_id)
     return IncidentView(
-        incident_id=incident_id, status=status, bucket=bucket, path=folder.relative_to(store.root).as_posix(),
-        incident=incident, root_causes=root_causes(incident, plan), plan=plan, attempts=tuple(attempts),
-        run_result=result_in_force(store.read_run_result(incident_id), attempts, incident, status),
-        events=len(events), warnings=tuple(warnings),
+        incident_id=incident_id, status=run.incident.status, bucket=run.bucket,
+        path=store.locate(incident_id)[1].relative_to(store.root).as_posix(), incident=run.incident,
+        root_causes=root_causes(run.incident, run.plan), plan=run.plan, attempts=tuple(run.attempts),
+        run_result=run.run_result, events=len(events), warnings=tuple(warnings),
     )

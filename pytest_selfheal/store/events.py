@@ -87,10 +87,10 @@ def encode_line(doc: object) -> str:
     return json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def since_last_reopen(events: list[Event]) -> list[Event]:
-    """The events after the last ``incident_reopened`` (all of them when it was never
-    reopened): what a close-out or an archive checks for "already done"."""
-    last = max((i for i, e in enumerate(events) if e.event == INCIDENT_REOPENED), default=-1)
+def since_last(events: list[Event], name: str = INCIDENT_REOPENED) -> list[Event]:
+    """The events after the last ``name`` (all of them without one): what a close-out, an
+    archive or a reopen checks for "already done"."""
+    last = max((i for i, e in enumerate(events) if e.event == name), default=-1)
     return events[last + 1:]
 
 

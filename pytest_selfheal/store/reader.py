@@ -149,12 +149,7 @@ class StoreReader:
         return resolve_incident_ref(reference, self.incident_ids())
 
     def _read_incident_at(self, folder: Path, incident_id: str) -> Incident:
-        path = folder / INCIDENT_JSON
-        incident = Incident.from_json(fsio.read_json(path), str(path))  # parsed once: the one check
-        if incident.incident_id != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {incident.incident_id!r} does not match its folder "
-                                      f"{incident_id}"))
-        return incident
+        return self._read_record(Incident, folder / INCIDENT_JSON, incident_id)
 
     @staticmethod
     def _read_status_at(folder: Path) -> str:
@@ -268,7 +263,7 @@ class StoreReader:
         parsed = record.from_json(doc, str(path))
         found = getattr(parsed, "incident_id", incident_id)
         if found != incident_id:
-            raise InputError(one_line(f"{path}: incident_id {found!r} does not match {incident_id}"))
+            raise InputError(one_line(f"{path}: incident_id {found!r} does not match its folder {incident_id}"))
         return parsed
 
 

@@ -24,7 +24,7 @@ from pytest_selfheal.names import ARCHIVE_DIR, INBOX_DIR, SELECTION_FILE
 from pytest_selfheal.records.attempt import Attempt
 from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
-from pytest_selfheal.records.jsondoc import FieldError, JsonRecord
+from pytest_selfheal.records.jsondoc import FieldError, JsonRecord, R
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.run_result import RunResult
 from pytest_selfheal.records.schema_gen import DOCUMENTS, written_by_selfheal
@@ -191,7 +191,7 @@ class Store(StoreReader):
         doc["incident_id"] = validate_incident_id(doc["incident_id"]) if explicit_id else new_incident_id(moment, run)
         # Keys sorted at every level, as incident.json has them: the record is then the one a
         # reader parses back from the file (``published``).
-        return _incident_of(json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
+        return _fitting(Incident, json.loads(json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False)), "incident"), explicit_id
 
     def _build_and_publish(
         self,
@@ -243,7 +243,7 @@ class Store(StoreReader):
             doc = before.to_json()
             doc.update(self._clean(fields))
             doc["updated_at"] = ev.format_ts(self._now())
-            updated = _incident_of(doc, "incident update")
+            updated = _fitting(Incident, doc, "incident update")
             self._write_incident(folder, updated, before)
             return updated
 
@@ -354,7 +354,7 @@ class Store(StoreReader):
             doc = incident.to_json()
             clean = self.redactor.redact_obj(doc, written_by_selfheal)
             if clean != doc:
-                redacted = _incident_of(clean, "incident redaction")
+                redacted = _fitting(Incident, clean, "incident redaction")
                 self._write_incident(folder, redacted, incident)
                 incident = redacted
             for path in [p for p in self.record_paths(incident_id) if p.name != INCIDENT_JSON] + [
@@ -390,10 +390,7 @@ class Store(StoreReader):
         ``ValueError``, a bug; an invalid id: ``UsageError``), serialised before any file is touched."""
         incident_id = validate_incident_id(incident_id)
         doc = self._clean(record.to_json())
-        try:
-            DOCUMENTS[kind][0].parse(doc, "")
-        except FieldError as exc:
-            raise ValueError(f"{kind} for {incident_id} does not fit the schema: {exc}") from None
+        _fitting(DOCUMENTS[kind][0], doc, f"{kind} for {incident_id}")
         if doc["incident_id"] != incident_id:
             raise ValueError(f"{kind} names incident {doc['incident_id']!r}, expected {incident_id}")
         return fsio.dumps_json(doc)
@@ -421,7 +418,7 @@ class Store(StoreReader):
             else:
                 # Resuming an interrupted archive: add what the crash may have lost.
                 fsio.ensure_dir(target_dir)
-                events = ev.since_last_reopen(self._read_events_at(folder)[0])
+                events = ev.since_last(self._read_events_at(folder)[0])
                 if not any(e.event == ev.STATUS_CHANGED and e.get("to") == bucket for e in events):
                     self._append_event_at(folder, incident_id, ev.STATUS_CHANGED, {"from": None, "to": bucket, "reason": "archive", "recovered": True})
                 if not any(e.event == ev.INCIDENT_ARCHIVED for e in events):
@@ -454,8 +451,7 @@ class Store(StoreReader):
                 self._append_event_at(folder, incident_id, ev.INCIDENT_REOPENED, data)
             else:
                 # Resuming an interrupted reopen: add what the crash may have lost.
-                events = self._read_events_at(folder)[0]
-                tail = events[max((i for i, e in enumerate(events) if e.event == ev.INCIDENT_ARCHIVED), default=-1) + 1:]
+                tail = ev.since_last(self._read_events_at(folder)[0], ev.INCIDENT_ARCHIVED)
                 current = next((str(e.get("from")) for e in reversed(tail) if e.event == ev.STATUS_CHANGED), bucket)
                 if not any(e.event == ev.INCIDENT_REOPENED for e in tail):
                     if not any(e.event == ev.STATUS_CHANGED for e in tail):
@@ -503,10 +499,10 @@ class Store(StoreReader):
 _STORE_FILLED = ("incident_id", "created_at", "updated_at", "run_id", "year", "month", "ym")
 
 
-def _incident_of(doc: object, what: str) -> Incident:
-    """An incident document the store built, checked (``ValueError``: a bug of the caller)."""
+def _fitting(record: type[R], doc: object, what: str) -> R:
+    """The record of a document the store built (``ValueError`` when it does not fit: a bug of the caller)."""
     try:
-        return Incident.parse(doc, "")
+        return record.parse(doc, "")
     except FieldError as exc:
         raise ValueError(f"{what} does not fit the schema: {exc}") from None
 
