@@ -33,8 +33,6 @@ from pytest_selfheal.names import (
 )
 
 if TYPE_CHECKING:
-    from _pytest.terminal import TerminalReporter
-
     from pytest_selfheal.capture.evidence import Resolver
     from pytest_selfheal.capture.spectrum import SpectrumHook
     from pytest_selfheal.config.settings import EffectiveConfig
@@ -428,7 +426,7 @@ class Recorder:
         path = remembered_stops(os.environ, os.path.realpath(self.config.rootpath))
         return path is not None and path.is_file()
 
-    def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         verbosity = int(self.config.get_verbosity())
         shown = [line for level, line in self.lines if verbosity >= level]
         if not shown:
