@@ -36,7 +36,7 @@ from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure
-from pytest_selfheal.records.jsondoc import fields_of
+from pytest_selfheal.records.jsondoc import fields_of, freeze
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.redacted import REDACTED
@@ -73,6 +73,7 @@ AGENT_UNCHANGED = "nothing changed since the last run (the same diff hash): an i
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
 _ATTEMPT_KEYS = tuple(f.key for f in fields_of(Attempt))
+_RUN_RESULT_KEYS = tuple(f.key for f in fields_of(LoopResult) if f.key != "repair")  # the repair loop adds it
 
 
 def _failure_entry(failure: Failure) -> Failure:
@@ -280,26 +281,16 @@ def build_run_result(incident_id: str, decision: Decision, *, observations: Sequ
         if this_run else 0.0
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id,
                                     failure_signature=failure_signature, patch_proposed=proposed)
-    document = {  # the document's key order, written as is
-        "incident_id": incident_id,
-        "final_status": final,
-        "loops_used": decision.iteration,
-        "runtime_minutes": round(runtime, 3),
-        "same_error_repeats": decision.same_error_repeats,
-        "archived_to": archived_to,
-        "stop_reason": decision.stop_reason,
-        "message": decision.message,
-        "iteration": attempts[-1].iteration if attempts else 0,
-        "flaky_tests": policy.flaky_tests(observations),
-        "tests_fixed": policy.fixed_tests(observations),
-        "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
-        "decision_point": point.to_json(),
-        "handoff": messages.handoff(observations, decision, incident_id).to_json(),
-        "decision": decision.to_json(),
-        "effective_config": _redact_config(effective.redactor, dict(effective.values)),
-        "effective_config_origins": dict(effective.origins),
-    }
-    return LoopResult.from_json(document, RUN_RESULT_JSON)
+    return LoopResult(
+        incident_id=incident_id, final_status=final, loops_used=decision.iteration, runtime_minutes=round(runtime, 3),
+        same_error_repeats=decision.same_error_repeats, archived_to=archived_to,
+        stop_reason=StopReason(decision.stop_reason) if decision.stop_reason is not None else None,
+        message=decision.message, iteration=attempts[-1].iteration if attempts else 0,
+        flaky_tests=tuple(policy.flaky_tests(observations)), tests_fixed=tuple(policy.fixed_tests(observations)),
+        fingerprints_per_iteration=tuple(tuple(o.fingerprints) for o in observations), decision_point=point,
+        handoff=messages.handoff(observations, decision, incident_id), decision=decision,
+        effective_config=freeze(_redact_config(effective.redactor, dict(effective.values))),
+        effective_config_origins=freeze(dict(effective.origins)), keys=_RUN_RESULT_KEYS)
 
 
 def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,

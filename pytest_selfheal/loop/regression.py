@@ -527,6 +527,11 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
+    try:  # what the passing tests ran, when a spectrum was recorded
+        spectrum = read_passing_spectrum(json.loads(
+            (store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        spectrum = {}
     return check_regressions(
         mode=settings.regression, incident=incident, tree=tree, runner=runner, trusted=trusted_options(incident, effective),
         whole_command=whole, selection=list(outcomes), budget_seconds=float(settings.regression_budget_seconds),
@@ -534,19 +539,12 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
         invocation_dir=start_dir(tree, incident.invocation_dir),
         selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION), rules=rules,
         redactor=effective.redactor, skip=[store.root], this_run=this_run,
-        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE))
+        spectrum=spectrum)
 
 
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
     """Every test of a selection passed: a candidate ``success``, for the regression check to decide."""
     return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
-
-
-def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
-    try:
-        return read_passing_spectrum(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return {}
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
