@@ -10,7 +10,7 @@ import pytest
 from helpers import git_commit_all
 
 from pytest_selfheal.config.files import load_config
-from pytest_selfheal.loop.localise import read_spectrum, wanted, why_not
+from pytest_selfheal.loop.localise import read_spectrum, read_written, wanted, why_not
 from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
 from pytest_selfheal.store.root import Store
 
@@ -226,7 +226,7 @@ def test_an_exception_class_s_methods_are_not_suspects_and_need_no_evidence(
     monkeypatch.setenv(VERIFYING_ENV, "1")
     monkeypatch.setenv(LOCALISE_ENV, str(out))
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=2, passed=3)
-    spectrum = read_spectrum(out)
+    spectrum = read_spectrum(read_written(out))
     assert len(spectrum.top) == 2
     for refs in spectrum.top.values():
         names = [r.name for r in refs]

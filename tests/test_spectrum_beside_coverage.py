@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_selfheal.loop.localise import read_spectrum, unrecorded_reason
+from pytest_selfheal.loop.localise import read_spectrum, read_written, unrecorded_reason
 from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
 
 # `bound` is wrong; `clamp` is the public wrapper every test calls, `span` one only passing tests run.
@@ -110,8 +110,8 @@ def test_a_run_that_cannot_record_says_why(
     monkeypatch.setenv(VERIFYING_ENV, "1")
     monkeypatch.setenv(LOCALISE_ENV, str(out))
     pytester.runpytest("-p", "no:cacheprovider", "-k", "not coverage").assert_outcomes(failed=2, passed=1)
-    assert not read_spectrum(out).top
-    why = unrecorded_reason(out, timed_out=False, exit_code=1, timeout=60)
+    assert not read_spectrum(read_written(out)).top
+    why = unrecorded_reason(read_written(out), timed_out=False, exit_code=1, timeout=60)
     expected = "no free sys.monitoring tool id" if sys.version_info >= (3, 12) else "another profiler"
     assert why.startswith(expected), why
     # A capture asked for the spectrum says it too, in its lines and the incident's warnings.
@@ -138,4 +138,4 @@ def test_why_a_localisation_ranked_nothing(
     out = tmp_path / "spectrum.json"
     if written is not None:
         out.write_text(written if isinstance(written, str) else json.dumps(written))
-    assert unrecorded_reason(out, timed_out=timed_out, exit_code=exit_code, timeout=60) == expected
+    assert unrecorded_reason(read_written(out), timed_out=timed_out, exit_code=exit_code, timeout=60) == expected

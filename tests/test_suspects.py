@@ -20,7 +20,7 @@ import pytest
 from helpers import INCIDENT_REQUIRED, build_plan_doc, capture, selfheal
 
 from pytest_selfheal.cli.main import main
-from pytest_selfheal.loop.localise import read_spectrum, with_spectra
+from pytest_selfheal.loop.localise import read_spectrum, read_written, with_spectra
 from pytest_selfheal.mcp_server.digest import incident_blocks
 from pytest_selfheal.names import LOCALISE_ENV, VERIFYING_ENV
 from pytest_selfheal.plan.build import build_plan, replan
@@ -431,7 +431,7 @@ def test_a_localisation_run_writes_the_spectrum_of_its_failing_tests(
     monkeypatch.setenv(LOCALISE_ENV, str(out))
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=7, passed=5)
     assert not (pytester.path / ".selfheal").exists()
-    spectrum = read_spectrum(out)
+    spectrum = read_spectrum(read_written(out))
     assert len(spectrum.top) == 7
     assert all(refs[0].name == "Cache.__setitem__" for refs in spectrum.top.values())
     assert ("caches.py", "Cache.__missing__") in {key[:2] for key in spectrum.scores}

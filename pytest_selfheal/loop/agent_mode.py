@@ -33,7 +33,7 @@ from pytest_selfheal.loop.regression import (
     passes,
 )
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
-from pytest_selfheal.loop.state import LoopRun
+from pytest_selfheal.loop.state import LoopRun, read_context
 from pytest_selfheal.loop.verify import check_command, run_selection, trusted_options
 from pytest_selfheal.plan.build import verification_argv
 from pytest_selfheal.records.attempt import Attempt
@@ -199,13 +199,15 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
                 run_failures.append(known[nodeid])
         not_run = [n for n in selection if n not in outcomes and n not in gone]
         judged, edited_keys = judged_config(effective, incident.captured)
-        changes = harness_changed(incident.captured, project_root, store=store, plan=incident.plan, loaded=loaded)
+        context = read_context(store, incident_id)
+        changes = harness_changed(incident.captured, project_root, store=store, plan=incident.plan, context=context,
+                                  loaded=loaded)
         # Tests, conftests, test data edited since the capture: a pass with them is never `success`.
         edited = [*dict.fromkeys([*changed(project_root, dict(incident.captured.test_digests)), *changes.tests])]
         if edited_keys:
             result.lines.append(edited_keys)
         narrower = None if not passes(run_outcomes) or edited or changes.harness \
-            else narrower_than_capture(store, incident.captured, project_root, invocation, project_root / (run_dir or ""))
+            else narrower_than_capture(context, project_root, invocation, project_root / (run_dir or ""))
         if narrower is not None:
             # A success needs the regression check, which a quick run of the failing tests skips:
             # nothing is decided, so the budget is not spent on it.
@@ -232,9 +234,10 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
         # (a changed harness never is one).
         regression = None if changes.harness else check_incident(
             store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
-            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run)
+            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run,
+            context=context)
         outcome = record_iteration(
-            LoopRun.resume(store, incident_id), effective=judged,
+            LoopRun.resume(store, incident_id, incident.captured, incident.plan), effective=judged,
             outcomes=run_outcomes, failures=run_failures, diff_hash=diff, started_at=format_ts(started_at),
             finished_at=finished, mode=AGENT_MODE, verification_commands=[command], exit_code=exit_code,
             new_failures=[f for f in failures if f.nodeid not in incident.selection], project_root=project_root,

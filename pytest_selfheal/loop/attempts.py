@@ -36,6 +36,7 @@ from pytest_selfheal.plan.build import build_plan, replan
 from pytest_selfheal.plan.markdown import render_plan_md
 from pytest_selfheal.records.attempt import Attempt, Decision, RepairBlock
 from pytest_selfheal.records.incident import CAPTURED_KEYS, Failure
+from pytest_selfheal.records.jsondoc import fields_of, freeze
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_FAILED, OUTCOME_PASSED
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.records.redacted import REDACTED
@@ -44,7 +45,7 @@ from pytest_selfheal.records.vocab import FinalStatus, IncidentStatus, StopReaso
 from pytest_selfheal.store import events as ev
 from pytest_selfheal.store import judging
 from pytest_selfheal.store.fsio import project_source
-from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON, attempt_filename
+from pytest_selfheal.store.reader import INBOX, RUN_RESULT_JSON
 from pytest_selfheal.store.root import Store
 
 
@@ -71,6 +72,8 @@ AGENT_UNCHANGED = "nothing changed since the last run (the same diff hash): an i
 
 
 _NOT_AN_ATTEMPTS = ("target_paths", "root_cause", "triage")
+_ATTEMPT_KEYS = tuple(f.key for f in fields_of(Attempt))
+_RUN_RESULT_KEYS = tuple(f.key for f in fields_of(LoopResult) if f.key != "repair")  # the repair loop adds it
 
 
 def _failure_entry(failure: Failure) -> Failure:
@@ -184,8 +187,7 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
         incident = run.incident
         previous = run.observations()
         if mode == AGENT_MODE and repair is None and diff_hash is not None and previous[-1].diff_hash == diff_hash:
-            repair = RepairBlock.from_json({"provider": "agent", "result": policy.REPAIR_NO_FIX_FOUND,
-                                            "message": AGENT_UNCHANGED}, "repair")
+            repair = RepairBlock("agent", policy.REPAIR_NO_FIX_FOUND, message=AGENT_UNCHANGED)
         edited = list(dict.fromkeys([*tests_edited, *(repair.tests_edited if repair is not None else ())]))
         observation = policy.observed(
             len(previous), dict(outcomes), failures, diff_hash, repair, timed_out=timed_out,
@@ -203,43 +205,26 @@ def record_iteration(run: LoopRun, *, effective: EffectiveConfig, outcomes: Mapp
         start_running(run, iteration=iteration)
         if duration_seconds is None:
             duration_seconds = minutes_between(parse_stamp(started_at), parse_stamp(finished_at)) * 60.0
-        # Built as the JSON document, so the file keeps its key order (null values included).
-        doc = {
-            "incident_id": incident_id,
-            "iteration": iteration,
-            "started_at": started_at,
-            "finished_at": finished_at,
-            "actions_applied": list(repair.actions_applied) if repair is not None else [],
-            "verification_commands": list(verification_commands),
-            "verification_passed": policy.is_success(observation),
-            "result": decision.action,
-            "error_signature": failures[0].signature if failures else None,
-            "mode": mode,
-            "stop_reason": decision.stop_reason,
-            "outcomes": dict(observation.outcomes),
-            "failures": [_failure_entry(f).to_json() for f in failures],
-            "new_failures": [_failure_entry(f).to_json() for f in new_failures],
-            "fingerprint_changed": decision.fingerprint_changed,
-            "progress": decision.progress,
-            "progress_reasons": list(decision.progress_reasons),
-            "tests_fixed": list(decision.tests_fixed),
-            "diff_hash": observation.diff_hash,
-            "exit_code": exit_code,
-            "duration_seconds": round(max(0.0, duration_seconds), 3),
-            "timed_out": observation.timed_out,
-            "repair": repair.to_json() if repair is not None else None,
-            "scope_denied": observation.scope_denied,
-            "same_error_repeats": decision.same_error_repeats,
-            "decision": decision.to_json(),
-        }
-        for key, names in (("not_run", not_run), ("tests_edited", edited), ("harness_changed", observation.harness_changed)):
-            if names:
-                doc[key] = list(names)
-        if regression is not None:
-            doc["regression_tests_run"] = regression.ran
-        if regression is not None or observation.regressions:
-            doc["regressions"] = list(observation.regressions)
-        attempt = Attempt.from_json(doc, attempt_filename(iteration))
+        # Every key is written (null values included) but these, written only when they say something.
+        said = {"not_run": bool(not_run), "tests_edited": bool(edited), "harness_changed": bool(observation.harness_changed),
+                "regression_tests_run": regression is not None,
+                "regressions": regression is not None or bool(observation.regressions)}
+        attempt = Attempt(
+            incident_id=incident_id, iteration=iteration, started_at=started_at, finished_at=finished_at,
+            actions_applied=repair.actions_applied if repair is not None else (),
+            verification_commands=tuple(verification_commands), verification_passed=policy.is_success(observation),
+            result=decision.action, error_signature=failures[0].signature if failures else None, mode=mode,
+            stop_reason=decision.stop_reason, outcomes=observation.outcomes,
+            failures=tuple(map(_failure_entry, failures)), new_failures=tuple(map(_failure_entry, new_failures)),
+            fingerprint_changed=decision.fingerprint_changed, progress=decision.progress,
+            progress_reasons=decision.progress_reasons, tests_fixed=decision.tests_fixed,
+            diff_hash=observation.diff_hash, exit_code=exit_code, duration_seconds=round(max(0.0, duration_seconds), 3),
+            timed_out=observation.timed_out, repair=repair, scope_denied=observation.scope_denied,
+            same_error_repeats=decision.same_error_repeats, decision=decision, tests_edited=tuple(edited),
+            harness_changed=observation.harness_changed, regressions=observation.regressions,
+            regression_tests_run=regression.ran if regression is not None else None,
+            keys=(*(key for key in _ATTEMPT_KEYS if key not in said), *(key for key, ok in said.items() if ok)),
+            extra=(("not_run", tuple(not_run)),) if not_run else ())
         run.write_attempt(attempt)
         kill_point("record:after_attempt")
         run.append_event(ev.VERIFICATION_FINISHED, **verification_event(attempt).data)
@@ -297,26 +282,16 @@ def build_run_result(incident_id: str, decision: Decision, *, observations: Sequ
         if this_run else 0.0
     point = messages.decision_point(decision, observations, pol, incident_id=incident_id,
                                     failure_signature=failure_signature, patch_proposed=proposed)
-    document = {  # the document's key order, written as is
-        "incident_id": incident_id,
-        "final_status": final,
-        "loops_used": decision.iteration,
-        "runtime_minutes": round(runtime, 3),
-        "same_error_repeats": decision.same_error_repeats,
-        "archived_to": archived_to,
-        "stop_reason": decision.stop_reason,
-        "message": decision.message,
-        "iteration": attempts[-1].iteration if attempts else 0,
-        "flaky_tests": policy.flaky_tests(observations),
-        "tests_fixed": policy.fixed_tests(observations),
-        "fingerprints_per_iteration": [list(o.fingerprints) for o in observations],
-        "decision_point": point.to_json(),
-        "handoff": messages.handoff(observations, decision, incident_id).to_json(),
-        "decision": decision.to_json(),
-        "effective_config": _redact_config(effective.redactor, dict(effective.values)),
-        "effective_config_origins": dict(effective.origins),
-    }
-    return LoopResult.from_json(document, RUN_RESULT_JSON)
+    return LoopResult(
+        incident_id=incident_id, final_status=final, loops_used=decision.iteration, runtime_minutes=round(runtime, 3),
+        same_error_repeats=decision.same_error_repeats, archived_to=archived_to,
+        stop_reason=StopReason(decision.stop_reason) if decision.stop_reason is not None else None,
+        message=decision.message, iteration=attempts[-1].iteration if attempts else 0,
+        flaky_tests=tuple(policy.flaky_tests(observations)), tests_fixed=tuple(policy.fixed_tests(observations)),
+        fingerprints_per_iteration=tuple(tuple(o.fingerprints) for o in observations), decision_point=point,
+        handoff=messages.handoff(observations, decision, incident_id), decision=decision,
+        effective_config=freeze(_redact_config(effective.redactor, dict(effective.values))),
+        effective_config_origins=freeze(dict(effective.origins)), keys=_RUN_RESULT_KEYS)
 
 
 def finalize(run: LoopRun, decision: Decision, *, effective: EffectiveConfig,

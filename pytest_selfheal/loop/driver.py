@@ -36,7 +36,7 @@ from pytest_selfheal.loop.messages import command_shown, iteration_prefix, optio
 from pytest_selfheal.loop.policy import loop_selection
 from pytest_selfheal.loop.regression import check_incident, passes
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
-from pytest_selfheal.loop.state import LoopRun, minutes_between, stamp, utcnow
+from pytest_selfheal.loop.state import LoopRun, minutes_between, read_context, stamp, utcnow
 from pytest_selfheal.loop.verify import (
     COLLECTION_KEY,
     Verifier,
@@ -395,7 +395,8 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
                                   rules=rules, verifier=verifier, cancel=state, judged=True)
         ran = replace(judged, duration=ran.duration + judged.duration)
     outcomes, failures, codes = ran.outcomes, ran.failures, ran.codes
-    changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, environ=env,
+    context = read_context(run.store, incident.incident_id)
+    changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, context=context, environ=env,
                               extra_code=repair.files_changed if repair is not None else ())
     # A changed harness always stops and never as a success: no regression check for it. Edited
     # tests are checked: a broken neighbour keeps the repair going, which may still undo the edit.
@@ -405,7 +406,7 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
             regression = check_incident(
                 run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
                 failed=bool(failures) or ran.timed_out, env=env, rules=rules,
-                captured_tree=loop.project_root if repair is not None else None)
+                captured_tree=loop.project_root if repair is not None else None, context=context)
     tree_hash = hasher.result().diff_hash
     kill_point("iteration:after_verify")
     outcome = record_iteration(

@@ -15,13 +15,12 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.loop.attempts import ensure_plan, require_inbox
 from pytest_selfheal.loop.control import loop_lock
-from pytest_selfheal.loop.regression import passing_spectrum_of
 from pytest_selfheal.loop.seal_check import judged_config
 from pytest_selfheal.loop.state import LoopRun
 from pytest_selfheal.loop.verify import (
@@ -36,7 +35,13 @@ from pytest_selfheal.names import LOCALISE_ENV
 from pytest_selfheal.plan.build import build_plan, verification_argv
 from pytest_selfheal.plan.groups import selection_file
 from pytest_selfheal.plan.markdown import render_plan_md
-from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, Spectrum, passing_spectrum
+from pytest_selfheal.plan.suspects import (
+    PASSING_SPECTRUM_FILE,
+    FunctionKey,
+    Spectrum,
+    passing_spectrum,
+    read_passing_spectrum,
+)
 from pytest_selfheal.records.incident import CodeRef, Failure, Incident
 from pytest_selfheal.records.plan import Plan
 from pytest_selfheal.store import events as ev
@@ -82,10 +87,18 @@ def _files(incident: Incident, root: Path) -> list[str]:
 _NOTHING = Spectrum({}, {})
 
 
-def read_spectrum(path: Path) -> Spectrum:
-    """The spectrum a localisation run wrote; empty when missing or unreadable."""
+def read_written(path: Path) -> Optional[dict[str, Any]]:
+    """What a localisation run wrote: None when it wrote nothing JSON, ``{}`` for JSON not an object."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else {}
+
+
+def read_spectrum(doc: Any) -> Spectrum:
+    """The spectrum of what a localisation run wrote (:func:`read_written`); empty when it has none."""
+    try:
         top = {str(n): tuple(CodeRef.from_json(r, "spectrum") for r in refs) for n, refs in doc["spectrum"].items()}
         scores: dict[FunctionKey, float] = {}
         for path_, name, line, score in doc.get("scores", []):
@@ -94,20 +107,19 @@ def read_spectrum(path: Path) -> Spectrum:
                 raise ValueError("a spectrum score is not [path, name, line, score]")
             scores[(path_, name, line)] = float(score)
         return Spectrum(top, scores)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, InputError):
+    except (ValueError, KeyError, TypeError, AttributeError, InputError):
         return _NOTHING
 
 
-def unrecorded_reason(path: Path, timed_out: bool, exit_code: Optional[int], timeout: Optional[float]) -> str:
-    """Why the localisation run that wrote ``path`` (or did not) ranks no failing test."""
+def unrecorded_reason(doc: Optional[dict[str, Any]], timed_out: bool, exit_code: Optional[int],
+                      timeout: Optional[float]) -> str:
+    """Why the localisation run that wrote ``doc`` (:func:`read_written`) ranks no failing test."""
     if timed_out:
         return f"its run timed out after {timeout:g} s" if timeout else "its run timed out"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if doc is None:
         return f"its run wrote no spectrum: pytest exited {exit_code}" if exit_code is not None else \
             "its run did not start"
-    reason = doc.get("unrecorded") if isinstance(doc, dict) else None
+    reason = doc.get("unrecorded")
     return str(reason) if isinstance(reason, str) and reason else "its spectrum does not parse"
 
 
@@ -150,9 +162,10 @@ def localise(
         done = run_selection(argv, cwd=project_root, junit_path=Path(tmp) / "junit.xml",
                              timeout_seconds=effective.settings.verification.timeout_seconds, env=child,
                              invocation_dir=start_dir(project_root, incident.invocation_dir))
-        spectrum = _NOTHING if done.timed_out else read_spectrum(out)
-        why = unrecorded_reason(out, done.timed_out, done.exit_code, effective.settings.verification.timeout_seconds)
-        passing = {} if done.timed_out else passing_spectrum_of(out)
+        written = None if done.timed_out else read_written(out)
+    spectrum = read_spectrum(written)
+    why = unrecorded_reason(written, done.timed_out, done.exit_code, effective.settings.verification.timeout_seconds)
+    passing = read_passing_spectrum(written)
     if passing:  # what the passing neighbours ran: the regression check's reach
         run.store.write_run_file(incident_id, PASSING_SPECTRUM_FILE,
                                  json.dumps(passing_spectrum(passing, passing)))

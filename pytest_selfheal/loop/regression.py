@@ -9,6 +9,7 @@ intermittent on the captured code too, else the change made it intermittent: bro
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -26,10 +27,10 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.loop.state import read_context
 from pytest_selfheal.loop.verify import Verifier, read_cases, start_dir, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.vocab import first_few
 from pytest_selfheal.redact import Redactor
@@ -517,16 +518,20 @@ def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: P
 def check_incident(store: Store, incident: Incident, *, effective: EffectiveConfig, tree: Path, runner: Verifier,
                    outcomes: Mapping[str, str], failed: bool = False, captured_tree: Optional[Path] = None,
                    env: Optional[Mapping[str, str]] = None, rules: Sequence[Rule] = (),
-                   this_run: Optional[RunOutcomes] = None) -> Optional[RegressionCheck]:
-    """:func:`check_regressions` of ``incident`` with its recorded capture and the keys that
-    judge it, when the iteration's selection passes (``failed``: a failure or a timeout besides)."""
+                   this_run: Optional[RunOutcomes] = None, context: Optional[RunContext]) -> Optional[RegressionCheck]:
+    """:func:`check_regressions` of ``incident`` with its recorded capture (``context``) and the keys
+    that judge it, when the iteration's selection passes (``failed``: a failure or a timeout besides)."""
     settings = effective.settings.verification
     if settings.regression == OFF or not passes(outcomes, failed):
         return None
-    context = read_context(store, incident.incident_id)
     commit = context.git.commit if context is not None and context.git is not None else None
     clean = context is not None and context.git is not None and context.git.dirty is False
     whole = capture_words(context.invocation_args, context.cwd, tree) if context is not None else []
+    try:  # what the passing tests ran, when a spectrum was recorded
+        spectrum = read_passing_spectrum(json.loads(
+            (store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        spectrum = {}
     return check_regressions(
         mode=settings.regression, incident=incident, tree=tree, runner=runner, trusted=trusted_options(incident, effective),
         whole_command=whole, selection=list(outcomes), budget_seconds=float(settings.regression_budget_seconds),
@@ -534,19 +539,12 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
         invocation_dir=start_dir(tree, incident.invocation_dir),
         selection_file=store.selection_file(incident.incident_id, REGRESSION_SELECTION), rules=rules,
         redactor=effective.redactor, skip=[store.root], this_run=this_run,
-        spectrum=passing_spectrum_of(store.runs_dir(incident.incident_id) / PASSING_SPECTRUM_FILE))
+        spectrum=spectrum)
 
 
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
     """Every test of a selection passed: a candidate ``success``, for the regression check to decide."""
     return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
-
-
-def passing_spectrum_of(path: Path) -> dict[str, frozenset[FunctionKey]]:
-    try:
-        return read_passing_spectrum(path.read_text(encoding="utf-8"))
-    except OSError:
-        return {}
 
 
 def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
@@ -557,11 +555,10 @@ def covers(run_words: Sequence[str], capture: Sequence[str]) -> bool:
         any(c == w or c.startswith((w.rstrip("/") + "/", w + "::", w + "[")) for w in run_words) for c in capture)
 
 
-def narrower_than_capture(store: Store, incident: Incident, tree: Path, run_args: Sequence[str],
+def narrower_than_capture(context: Optional[RunContext], tree: Path, run_args: Sequence[str],
                           run_dir: Path) -> Optional[list[str]]:
-    """The capture's selection words when a run of ``run_args`` from ``run_dir`` does not run
-    them all (its passing selection is not yet checked for regressions), else None."""
-    context = read_context(store, incident.incident_id)
+    """The selection words of the capture (``context``) when a run of ``run_args`` from ``run_dir``
+    does not run them all (its passing selection is not yet checked for regressions), else None."""
     if context is None:
         return None
     capture = capture_words(context.invocation_args, context.cwd, tree)

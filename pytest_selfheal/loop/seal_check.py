@@ -34,6 +34,7 @@ from pytest_selfheal.loop.regression import (
 )
 from pytest_selfheal.loop.state import read_context
 from pytest_selfheal.loop.verify import observe, run_selection, start_dir, trusted_options
+from pytest_selfheal.records.context import RunContext
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.models import FAILING_OUTCOMES, OUTCOME_MISSING
 from pytest_selfheal.records.plan import Plan
@@ -60,13 +61,14 @@ def judged_config(effective: EffectiveConfig, incident: Incident) -> tuple[Effec
 
 
 def harness_changed(incident: Incident, root: Path, *, store: Optional[Store] = None, plan: Optional[Plan] = None,
-                    loaded: Optional[Loaded] = None, extra_code: Iterable[str] = (),
-                    environ: Optional[Mapping[str, str]] = None) -> Changes:
+                    context: Optional[RunContext] = None, loaded: Optional[Loaded] = None,
+                    extra_code: Iterable[str] = (), environ: Optional[Mapping[str, str]] = None) -> Changes:
     """What changed since ``incident``'s capture in what decides what runs, in ``root``, each
-    named, test code and data apart. ``store``: the incident's, whose judging records are
-    checked first. ``environ``: the verification's environment, whose option variables count."""
+    named, test code and data apart. ``store``: the incident's, whose judging records (with
+    ``plan`` and ``context``, read when not given) are checked first. ``environ``: the
+    verification's environment, whose option variables count."""
     if store is not None and judging.edited(store.root, incident, plan or _plan_of(store, incident.incident_id),
-                                             read_context(store, incident.incident_id)):
+                                             context or read_context(store, incident.incident_id)):
         return Changes([], [judging.RECORDS_EDITED])
     if incident.seal is None:
         return Changes([], [])

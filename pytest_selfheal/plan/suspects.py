@@ -19,13 +19,12 @@ calls ``add`` and ``sub`` and fails inside ``sub`` says nothing against ``add``.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Optional
+from typing import Any, Optional
 
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.plan.groups import Definition, Group
@@ -336,10 +335,10 @@ def passing_spectrum(covered: Mapping[str, AbstractSet[FunctionKey]], passed: It
     return {"tests": {n: sorted([*k] for k in covered[n]) for n in sorted(passed) if covered.get(n)}}
 
 
-def read_passing_spectrum(text: str) -> dict[str, frozenset[FunctionKey]]:
-    """What :func:`passing_spectrum` wrote, as JSON text; empty when it does not parse (it only ever adds tests)."""
+def read_passing_spectrum(doc: Any) -> dict[str, frozenset[FunctionKey]]:
+    """What :func:`passing_spectrum` wrote, parsed; empty when it is not that (it only ever adds tests)."""
     try:
-        tests = json.loads(text)["tests"]
+        tests = doc["tests"]
         return {str(n): frozenset((str(p), str(name), int(line)) for p, name, line in keys) for n, keys in tests.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
