@@ -91,13 +91,10 @@ def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
     """SIGTERM the child's group, then SIGKILL it after ``grace`` seconds even when the leader
     exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
-    if sys.platform != "win32":
-        kill_group(proc, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-        kill_group(proc, signal.SIGKILL)
-    else:  # pragma: no cover
-        proc.kill()
+    kill_group(proc, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    kill_group(proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL does not fail
         proc.wait(timeout=grace + 5)
 
@@ -318,17 +315,6 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
     return "\n".join(lines[-max_lines:])
 
 
-def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """A bare ``name`` found on the absolute entries of ``env``'s PATH (ours when None), or None;
-    a name holding a separator is the path the caller chose."""
-    if "/" in name or (os.sep != "/" and os.sep in name):
-        return name
-    source = os.environ if env is None else env
-    # An empty or relative entry would find a program committed to the project (``./pytest``).
-    entries = [entry for entry in source.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)]
-    return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -361,7 +347,13 @@ def run(
         try:
             if not full:
                 raise OSError("empty command")
-            executable = resolve_executable(full[0], env)
+            # A bare name is looked up on the absolute PATH entries only: an empty or relative
+            # entry would find a program committed to the project (``./pytest``).
+            executable: Optional[str] = full[0]
+            if "/" not in full[0] and (os.sep == "/" or os.sep not in full[0]):
+                path = (os.environ if env is None else env).get("PATH", os.defpath).split(os.pathsep)
+                entries = os.pathsep.join(entry for entry in path if os.path.isabs(entry))
+                executable = shutil.which(full[0], path=entries) if entries else None
             if executable is None:
                 raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
             proc = _spawn([executable, *full[1:]], cwd, env, stdout)
