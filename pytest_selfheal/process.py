@@ -461,20 +461,23 @@ def _bytecode_files(root: str, suffix: str = ".pyc") -> Iterator[str]:
         yield from (prefix + name for name in files if name.endswith(suffix))
 
 
-def _recorded(shared: Path) -> dict[str, str]:
-    """The signatures recorded when selfheal compiled the shared cache's files (unchecked)."""
-    try:
-        recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
-
-
-def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
-    handle, temp = tempfile.mkstemp(dir=shared, prefix=".trusted-")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(dict(kept), out)
-    os.replace(temp, shared / _MANIFEST)
+@contextlib.contextmanager
+def _manifest(shared: Path) -> Iterator[dict[str, str]]:
+    """Under the shared cache's lock: the signatures recorded when selfheal compiled its files
+    (unchecked), written back when the caller changed them."""
+    with FileLock(shared / ".lock", _LOCK_SECONDS):
+        try:
+            recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = {}
+        recorded = recorded if isinstance(recorded, dict) else {}
+        kept = dict(recorded)
+        yield kept
+        if kept != recorded:
+            handle, temp = tempfile.mkstemp(dir=shared, prefix=".trusted-")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(kept, out)
+            os.replace(temp, shared / _MANIFEST)
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
@@ -485,9 +488,10 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
     if shared is None or not shared.is_dir():
         return cache
     # Whatever fails is compiled afresh: slower, never wrong.
-    with contextlib.suppress(OSError, StoreIOError), FileLock(shared / ".lock", _LOCK_SECONDS):
-        recorded = _recorded(shared)
-        kept: dict[str, str] = {}
+    # What was removed is compiled again after the next run.
+    with contextlib.suppress(OSError, StoreIOError), _manifest(shared) as kept:
+        recorded = dict(kept)
+        kept.clear()
         made: set[str] = set()
         for rel in _bytecode_files(str(shared)):
             source, target = os.path.join(shared, rel), os.path.join(cache, rel)
@@ -506,8 +510,6 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
                     os.link(source, target)
                 except OSError:  # across file systems
                     shutil.copyfile(source, target)
-        if kept != recorded:  # what was removed is compiled again after the next run
-            _write_manifest(shared, kept)
     return cache
 
 
@@ -521,23 +523,16 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     roots = tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))  # installed code
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        with FileLock(shared / ".lock", _LOCK_SECONDS):
-            # The recorded signatures, unchecked: the run that reads the cache next checks each
-            # file (the run before this one just did).
-            kept = _recorded(shared)
-            added = False
+        # The recorded signatures, unchecked: the run that reads the cache next checks each
+        # file (the run before this one just did).
+        with _manifest(shared) as kept:
             for rel in _bytecode_files(str(cache), _TAG):
                 if rel in kept or not rel.startswith(roots):
                     continue
                 target = os.path.join(shared, rel)
-                try:
+                with contextlib.suppress(OSError, py_compile.PyCompileError, ValueError):  # compiled afresh by each run
                     py_compile.compile("/" + rel[: -len(_TAG)] + ".py", cfile=target, doraise=True)
                     kept[rel] = _signature(target)
-                except (OSError, py_compile.PyCompileError, ValueError):
-                    continue  # compiled afresh by each run: slower, never wrong
-                added = True
-            if added:
-                _write_manifest(shared, kept)
     except (OSError, StoreIOError):
         return  # the next run compiles afresh: slower, never wrong
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pytest_selfheal import hooks, process
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.rules import Rule, parse_hook_rules
+from pytest_selfheal.config.seal import differ
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV, isolated_git_env
@@ -62,7 +63,6 @@ from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.repair.worktree import (
     Worktree,
     apply_patch,
-    changes,
     check_patch,
     create,
     remove_recorded,
@@ -181,7 +181,7 @@ class RepairSession:
         guard, before = user_side(), self.wt.snapshot()
         call = self._call_provider(iteration, prompt, prompt_file, plan,
                                    [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)])
-        escaped = changes(guard, user_side())
+        escaped = differ(guard, user_side())
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"

@@ -387,8 +387,3 @@ def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Pa
     for name in ("config", "config.worktree"):
         entries[f".git/{name}"] = _digest_file(git_dir / name)
     return entries
-
-
-def changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """The names whose entry differs between two fingerprints, sorted."""
-    return [name for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
