@@ -389,7 +389,3 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
     return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
 
 
-def default_config() -> EffectiveConfig:
-    return merge_layers([])
-
-
