@@ -470,12 +470,10 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
             summary = described.text()
             question = f"Apply the fix of {incident_id} ({summary}) to your working tree?"
             verdict = check_patch(wt.repo_top, patch)
-            if refused:
-                message = f"not applied: {refused}"
-                say(f"selfheal: {message}; it stays proposed in {path}")
-            elif not verdict.ok:
-                command = suggested
-                message = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
+            if refused or not verdict.ok:
+                command = None if refused else suggested  # a refused patch gets no command to apply it
+                why = refused or f"the patch does not apply cleanly to your working tree ({verdict.error})"
+                message = f"not applied: {why}"
                 say(f"selfheal: {message}; it stays proposed in {path}")
             elif approver.confirm(question, details=session.redactor.redact(text)):
                 try:
