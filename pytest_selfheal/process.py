@@ -91,13 +91,10 @@ def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
     """SIGTERM the child's group, then SIGKILL it after ``grace`` seconds even when the leader
     exited: a grandchild that ignored SIGTERM (a hung fixture's helper) must not linger."""
-    if sys.platform != "win32":
-        kill_group(proc, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-        kill_group(proc, signal.SIGKILL)
-    else:  # pragma: no cover
-        proc.kill()
+    kill_group(proc, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    kill_group(proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL does not fail
         proc.wait(timeout=grace + 5)
 
@@ -318,17 +315,6 @@ def read_tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_
     return "\n".join(lines[-max_lines:])
 
 
-def resolve_executable(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """A bare ``name`` found on the absolute entries of ``env``'s PATH (ours when None), or None;
-    a name holding a separator is the path the caller chose."""
-    if "/" in name or (os.sep != "/" and os.sep in name):
-        return name
-    source = os.environ if env is None else env
-    # An empty or relative entry would find a program committed to the project (``./pytest``).
-    entries = [entry for entry in source.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)]
-    return shutil.which(name, path=os.pathsep.join(entries)) if entries else None
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -361,7 +347,13 @@ def run(
         try:
             if not full:
                 raise OSError("empty command")
-            executable = resolve_executable(full[0], env)
+            # A bare name is looked up on the absolute PATH entries only: an empty or relative
+            # entry would find a program committed to the project (``./pytest``).
+            executable: Optional[str] = full[0]
+            if "/" not in full[0] and (os.sep == "/" or os.sep not in full[0]):
+                path = (os.environ if env is None else env).get("PATH", os.defpath).split(os.pathsep)
+                entries = os.pathsep.join(entry for entry in path if os.path.isabs(entry))
+                executable = shutil.which(full[0], path=entries) if entries else None
             if executable is None:
                 raise FileNotFoundError(errno.ENOENT, "not found on an absolute PATH entry", full[0])
             proc = _spawn([executable, *full[1:]], cwd, env, stdout)
@@ -469,20 +461,23 @@ def _bytecode_files(root: str, suffix: str = ".pyc") -> Iterator[str]:
         yield from (prefix + name for name in files if name.endswith(suffix))
 
 
-def _recorded(shared: Path) -> dict[str, str]:
-    """The signatures recorded when selfheal compiled the shared cache's files (unchecked)."""
-    try:
-        recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
-
-
-def _write_manifest(shared: Path, kept: Mapping[str, str]) -> None:
-    handle, temp = tempfile.mkstemp(dir=shared, prefix=".trusted-")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(dict(kept), out)
-    os.replace(temp, shared / _MANIFEST)
+@contextlib.contextmanager
+def _manifest(shared: Path) -> Iterator[dict[str, str]]:
+    """Under the shared cache's lock: the signatures recorded when selfheal compiled its files
+    (unchecked), written back when the caller changed them."""
+    with FileLock(shared / ".lock", _LOCK_SECONDS):
+        try:
+            recorded = json.loads((shared / _MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = {}
+        recorded = recorded if isinstance(recorded, dict) else {}
+        kept = dict(recorded)
+        yield kept
+        if kept != recorded:
+            handle, temp = tempfile.mkstemp(dir=shared, prefix=".trusted-")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(kept, out)
+            os.replace(temp, shared / _MANIFEST)
 
 
 def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> str:
@@ -493,9 +488,10 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
     if shared is None or not shared.is_dir():
         return cache
     # Whatever fails is compiled afresh: slower, never wrong.
-    with contextlib.suppress(OSError, StoreIOError), FileLock(shared / ".lock", _LOCK_SECONDS):
-        recorded = _recorded(shared)
-        kept: dict[str, str] = {}
+    # What was removed is compiled again after the next run.
+    with contextlib.suppress(OSError, StoreIOError), _manifest(shared) as kept:
+        recorded = dict(kept)
+        kept.clear()
         made: set[str] = set()
         for rel in _bytecode_files(str(shared)):
             source, target = os.path.join(shared, rel), os.path.join(cache, rel)
@@ -514,8 +510,6 @@ def fresh_pycache(inside: Optional[Path] = None, env: Mapping[str, str] = os.env
                     os.link(source, target)
                 except OSError:  # across file systems
                     shutil.copyfile(source, target)
-        if kept != recorded:  # what was removed is compiled again after the next run
-            _write_manifest(shared, kept)
     return cache
 
 
@@ -529,23 +523,16 @@ def keep_installed(cache: Path, env: Mapping[str, str] = os.environ) -> None:
     roots = tuple(sorted("/".join(Path(f).parts[1:]) + "/" for f in folders if f and os.path.isabs(f)))  # installed code
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        with FileLock(shared / ".lock", _LOCK_SECONDS):
-            # The recorded signatures, unchecked: the run that reads the cache next checks each
-            # file (the run before this one just did).
-            kept = _recorded(shared)
-            added = False
+        # The recorded signatures, unchecked: the run that reads the cache next checks each
+        # file (the run before this one just did).
+        with _manifest(shared) as kept:
             for rel in _bytecode_files(str(cache), _TAG):
                 if rel in kept or not rel.startswith(roots):
                     continue
                 target = os.path.join(shared, rel)
-                try:
+                with contextlib.suppress(OSError, py_compile.PyCompileError, ValueError):  # compiled afresh by each run
                     py_compile.compile("/" + rel[: -len(_TAG)] + ".py", cfile=target, doraise=True)
                     kept[rel] = _signature(target)
-                except (OSError, py_compile.PyCompileError, ValueError):
-                    continue  # compiled afresh by each run: slower, never wrong
-                added = True
-            if added:
-                _write_manifest(shared, kept)
     except (OSError, StoreIOError):
         return  # the next run compiles afresh: slower, never wrong
 

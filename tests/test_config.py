@@ -16,7 +16,6 @@ from pytest_selfheal.config.keys import SCHEMA, SPECS, Settings, ini_table, refe
 from pytest_selfheal.config.settings import (
     ConfigLayer,
     Override,
-    default_config,
     ini_layers,
     merge_layers,
     override_layers,
@@ -102,15 +101,15 @@ def test_defaults_equal_the_spec(project: Path, env: dict[str, str]) -> None:
 
 
 def test_defaults_are_not_shared_with_results() -> None:
-    effective = default_config()
+    effective = merge_layers([])
     effective.values["verification"]["allowlist"].append("make")
     effective.get("redaction.env_names").clear()
     assert SPECS["verification.allowlist"].default == ["pytest"]
-    assert default_config().get("redaction.env_names") == SPEC_DEFAULTS["redaction"]["env_names"]
+    assert merge_layers([]).get("redaction.env_names") == SPEC_DEFAULTS["redaction"]["env_names"]
 
 
 def test_get_accepts_dotted_prefixed_and_object_keys() -> None:
-    effective = default_config()
+    effective = merge_layers([])
     assert effective.get("apply_to.tdd_tasks") is False
     assert effective.get("ralf_lite.max_iterations") == 3
     assert effective.get("repair")["timeout_seconds"] == 600
@@ -580,7 +579,7 @@ def test_os_environ_is_the_default_env(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 def test_settings_defaults_are_the_built_in_defaults() -> None:
     # The record's own defaults and the key table cannot drift apart.
-    assert default_config().settings == Settings()
+    assert merge_layers([]).settings == Settings()
 
 
 def test_settings_are_built_once_from_the_merged_values() -> None:

@@ -343,9 +343,9 @@ def test_a_string_is_scanned_once_however_many_documents_write_it() -> None:
     scanned: list[str] = []
 
     class Counting(Redactor):
-        def _one_pass(self, text: str) -> str:
+        def _redact(self, text: str) -> str:
             scanned.append(text)
-            return super()._one_pass(text)
+            return super()._redact(text)
 
     r = Counting(ENV)
     nodeid = f"tests/test_api.py::test_login[{ENV['MY_SERVICE_TOKEN']}]"

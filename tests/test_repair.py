@@ -21,7 +21,7 @@ import pytest
 from helpers import broken_pytest_plugin, fake_distribution
 
 from pytest_selfheal import hookspecs, process
-from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError
 from pytest_selfheal.hooks import cli_plugin_manager, repair_hook_names
 from pytest_selfheal.loop import policy
@@ -97,7 +97,7 @@ class Env:
 
     def session(self, pm: Optional[pluggy.PluginManager] = None, approver: Optional[Approver] = None,
                 **config: Any) -> RepairSession:
-        effective = merge_layers([ConfigLayer.of("test", {"repair": config})]) if config else default_config()
+        effective = merge_layers([ConfigLayer.of("test", {"repair": config})]) if config else merge_layers([])
         return RepairSession(self.store, self.incident_id, effective=effective, worktree=self.wt,
                              approver=approver or Approver(), pluginmanager=pm)
 
@@ -364,10 +364,10 @@ def test_second_call_patch_is_cumulative(env: Env) -> None:
 
 
 def test_provider_configured() -> None:
-    assert not provider_configured(default_config(), None)
-    assert not provider_configured(default_config(), hook_pm())
+    assert not provider_configured(merge_layers([]), None)
+    assert not provider_configured(merge_layers([]), hook_pm())
     assert provider_configured(merge_layers([ConfigLayer.of("t", {"repair": {"command": ["agent"]}})]), None)
-    assert provider_configured(default_config(), hook_pm(("fixer", Fixer())))
+    assert provider_configured(merge_layers([]), hook_pm(("fixer", Fixer())))
 
 
 def test_hook_call_order_follows_pluggy(env: Env) -> None:
@@ -392,7 +392,7 @@ def test_cli_loads_entry_point_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.syspath_prepend(str(site))
     pm = cli_plugin_manager()
     assert repair_hook_names(pm) == ["my_repair_hook"]
-    assert provider_configured(default_config(), pm)
+    assert provider_configured(merge_layers([]), pm)
 
 
 def test_cli_loads_entry_point_hooks_of_a_zipped_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -515,7 +515,7 @@ def test_repair_loop_with_a_conftest_style_hook_and_approval(tmp_path: Path) -> 
     store = Store(top / ".selfheal")
     fixer = Fixer()
     lines: list[str] = []
-    result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
+    result = repair_loop(store, incident_id, effective=merge_layers([]), project_root=top, approve=True,
                          interactive=False, pluginmanager=hook_pm(("fixer", fixer)), out=lines.append).to_json()
     assert result["final_status"] == "resolved" and result["stop_reason"] == "success"
     assert result["repair"]["applied"] is True and result["repair"]["final_patch"] == "final.patch"
@@ -561,7 +561,7 @@ def test_resume_replays_the_latest_accepted_patch(tmp_path: Path) -> None:
             return {"result": "done"}
 
     lines: list[str] = []
-    result = repair_loop(store, incident_id, effective=default_config(), project_root=e.top, approve=False,
+    result = repair_loop(store, incident_id, effective=merge_layers([]), project_root=e.top, approve=False,
                          interactive=False, pluginmanager=hook_pm(("looks", Looks())), out=lines.append).to_json()
     assert seen == [FIXED]  # the accepted repair of attempt 1 was replayed
     assert any("resumed the worktree from attempt_01.patch" in line for line in lines)
@@ -594,7 +594,7 @@ def test_approved_fix_that_no_longer_applies_stays_proposed(tmp_path: Path, monk
     monkeypatch.setattr(session_module, "summarise", user_moves_on)
 
     lines: list[str] = []
-    result = repair_loop(store, incident_id, effective=default_config(), project_root=top, approve=True,
+    result = repair_loop(store, incident_id, effective=merge_layers([]), project_root=top, approve=True,
                          interactive=False, pluginmanager=hook_pm(("fixer", FixesWhileTheUserEdits())),
                          out=lines.append).to_json()
     block = result["repair"]

@@ -121,26 +121,6 @@ def read_config_section(path: Path) -> Optional[Any]:
     return document.get(ROOT_KEY)
 
 
-def read_file_layers(project_root: Path, env: Mapping[str, str] = os.environ) -> list[ConfigLayer]:
-    """Global then project layers, for the files that have a ``ralf_lite`` section: every
-    file is read and parsed, then each section checked (ConfigError naming its file)."""
-    paths = [global_config_path(env), *project_config_paths(project_root)]
-    sections = [(str(path), read_config_section(path)) for path in paths]
-    return [ConfigLayer.of(origin, section) for origin, section in sections if section is not None]
-
-
-def toml_loads(text: str) -> dict[str, Any]:
-    """A TOML document (tomllib; tomli below Python 3.11)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    # Below 3.11: tomli, a declared dependency there (pytest requires it too).
-    import tomli  # type: ignore[import-not-found,unused-ignore]  # installed below 3.11 only
-
-    return dict(tomli.loads(text))
-
-
 def _ini_text(name: str, value: object) -> str:
     """A TOML value as the text an ini file would hold, keeping list items apart."""
     if isinstance(value, str):
@@ -156,7 +136,14 @@ def pytest_section(path: Path, text: str) -> Optional[dict[str, Any]]:
     name = path.name
     if name.endswith(".toml"):
         try:
-            document = toml_loads(text)
+            if sys.version_info >= (3, 11):
+                import tomllib
+
+                document = tomllib.loads(text)
+            else:  # tomli, a declared dependency there (pytest requires it too)
+                import tomli  # type: ignore[import-not-found,unused-ignore]  # installed below 3.11 only
+
+                document = dict(tomli.loads(text))
         except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
             raise config_error(f"{path}: invalid TOML: {exc}") from None
         if name != "pyproject.toml":
@@ -231,7 +218,11 @@ def load_config(
     """The effective config: defaults ← global ← project ← pytest ini ← overrides, every value
     checked. ``ini=None`` reads the pytest config file in ``project_root`` (the ``selfheal``
     command); the plugin passes what ``config.getini`` gave it."""
-    file_layers = read_file_layers(Path(project_root), env)
+    # Global then project layers, for the files that have a ``ralf_lite`` section: every file
+    # is read and parsed, then each section checked (ConfigError naming its file).
+    sections = [(str(path), read_config_section(path))
+                for path in (global_config_path(env), *project_config_paths(Path(project_root)))]
+    file_layers = [ConfigLayer.of(origin, section) for origin, section in sections if section is not None]
     if ini is None:
         found = find_pytest_ini(Path(project_root))
         ini = found[1] if found else {}

@@ -326,12 +326,6 @@ def program_stem(entry: str) -> str:
     return re.sub(r"[-_.]?[0-9][0-9._-]*$", "", name)
 
 
-def _short_c(word: str) -> bool:
-    # -c glued to its value (-cFILE), or after value-less short flags (-qc FILE).
-    letters = word[1:].lstrip("qvxsl")
-    return word.startswith("-") and not word.startswith("--") and letters.startswith("c")
-
-
 def rule_checks() -> tuple[Callable[[str], Optional[str]], Callable[[Any, str], list[Rule]]]:
     """``analysis/rules``' one validator of a regular expression and of the configured rules."""
     # Imported here: the rules' module loads the failure records, which a green run must not.
@@ -373,9 +367,12 @@ def _argument_problem(word: str) -> Optional[str]:
         return "pytest would read more arguments from that file"
     # An ini override (``-o KEY=VALUE``, glued or the next word) may name the same options as ini keys.
     key, _, value = re.sub(r"^(?:-o|--override-ini=)", "", word).partition("=")
-    if word.split("=", 1)[0] in ROOT_MOVING_OPTIONS or _short_c(word) or key.strip() == "confcutdir":
+    flag = word.split("=", 1)[0]
+    # -c glued to its value (-cFILE), or after value-less short flags (-qc FILE).
+    short_c = word.startswith("-") and not word.startswith("--") and word[1:].lstrip("qvxsl").startswith("c")
+    if flag in ROOT_MOVING_OPTIONS or short_c or key.strip() == "confcutdir":
         return "it moves pytest's rootdir or config file (and with them conftest.py and the ini options)"
-    if word.split("=", 1)[0] in SELFHEAL_KEY_FLAGS:
+    if flag in SELFHEAL_KEY_FLAGS:
         return "it sets a selfheal config key from a config value; set the key itself"
     if key.strip() == "addopts":
         return next(filter(None, map(_argument_problem, value.split())), None)

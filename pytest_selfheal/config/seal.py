@@ -448,7 +448,8 @@ def reseal(recorded: Seal, rootdir: Path, *, judging: Mapping[str, Any], loaded:
     )
 
 
-def _differ(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+def differ(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """The names whose entry differs between two fingerprints, sorted."""
     return [name for name in sorted(set(before) | set(after)) if before.get(name, MISSING) != after.get(name, MISSING)]
 
 
@@ -515,18 +516,18 @@ def harness_changes(recorded: Seal, now: Seal, root: Path) -> Changes:
     """What changed between two seals, each named (a path, ``<config file>: <key>``, a
     variable, ``<distribution> <old> -> <new>``, a quoted read of the process context). A
     sealed module gone is no change (deleting code cannot pass a failure); a test data file is."""
-    files = _differ(recorded.files, now.files)
+    files = differ(recorded.files, now.files)
     files += [name for name in sorted(recorded.modules)
               if now.modules.get(name, MISSING) not in (MISSING, recorded.modules[name])]
     tests = [name for name in files if not os.path.isabs(name) and is_test_file(name)]
-    tests += _differ(recorded.data, now.data)
+    tests += differ(recorded.data, now.data)
     changed = [name for name in files if name not in tests]
-    changed += _differ(recorded.pytest_config, now.pytest_config)
-    changed += _differ(recorded.environment, now.environment)
-    for name in _differ(recorded.startup, now.startup):
+    changed += differ(recorded.pytest_config, now.pytest_config)
+    changed += differ(recorded.environment, now.environment)
+    for name in differ(recorded.startup, now.startup):
         where = now.startup.get(name) or recorded.startup.get(name) or ""
         changed.append(f"{name} ({where.split(' ', 1)[1]})" if name in STARTUP_MODULES and " " in where else name)
-    for name in _differ(recorded.distributions, now.distributions):
+    for name in differ(recorded.distributions, now.distributions):
         old, new = recorded.distributions.get(name, "not installed"), now.distributions.get(name, "not installed")
         changed.append(f"{name} {old} -> {new}")
     hasher = Hasher()

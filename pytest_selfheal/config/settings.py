@@ -337,8 +337,7 @@ def merge_layers(layers: Sequence[ConfigLayer]) -> EffectiveConfig:
         for dotted, value in layer.values.items():
             values[dotted] = copy.deepcopy(value)  # the result's lists are its own
             origins[dotted] = layer.origin
-    settings = _typed(values)
-    return EffectiveConfig(values=nest(values), origins=origins, settings=settings)
+    return EffectiveConfig(values=nest(values), origins=origins, settings=_typed(values))
 
 
 def build_effective_config(
@@ -385,11 +384,6 @@ def under_judging(effective: EffectiveConfig, recorded: Mapping[str, Any], origi
             continue
         if values[key] != effective.get(key):
             origins[key] = origin
-    settings = _typed(values)
-    return EffectiveConfig(values=nest(values), origins=origins, settings=settings, environ=effective.environ)
-
-
-def default_config() -> EffectiveConfig:
-    return merge_layers([])
+    return EffectiveConfig(values=nest(values), origins=origins, settings=_typed(values), environ=effective.environ)
 
 

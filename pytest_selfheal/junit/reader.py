@@ -173,9 +173,7 @@ class _Reader:
     def _result(self) -> models.TestCaseResult:
         attrs = self.attrs
         failing = self.outcome in models.FAILING_OUTCOMES
-        text = "".join(self.parts) if failing else ""
-        if failing and self.text_len > MAX_TEXT:
-            text += "\n" + text_marker(self.text_len - MAX_TEXT)
+        text = cut_text("".join(self.parts), self.text_len) if failing else ""
         passed = self.outcome == models.OUTCOME_PASSED
         return models.TestCaseResult(
             classname=bounded_name(attrs.get("classname", "")), name=bounded_name(attrs.get("name", "")),
@@ -199,9 +197,11 @@ def _test_id(attrs: dict[str, str]) -> str:
     return f"{classname}::{name}" if classname else name
 
 
-def text_marker(dropped: int) -> str:
-    """The line that ends a failure text cut at MAX_TEXT characters (``dropped`` not kept)."""
-    return f"[... truncated by selfheal: {dropped} characters]"
+def cut_text(text: str, length: int) -> str:
+    """A failure ``text`` of ``length`` characters cut at MAX_TEXT, with a line that says so."""
+    if length <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}\n[... truncated by selfheal: {length - MAX_TEXT} characters]"
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_selfheal.junit.nodeids import mangle_nodeid, xml_escape_visible
-from pytest_selfheal.junit.reader import MAX_TEXT, text_marker
+from pytest_selfheal.junit.reader import cut_text
 from pytest_selfheal.records.models import OUTCOME_ERROR, OUTCOME_FAILED, TestCaseResult
 
 MESSAGE_BUDGET = 500  # pytest's budget for the message attribute
@@ -45,12 +45,10 @@ def junit_case(report: Any, nodeid: str, prefix: str = "") -> TestCaseResult:
     # An XML parser reads a CR or CRLF of element text as LF; an attribute keeps them (the
     # writer escapes them as character references).
     text = xml_escape_visible(failure_text(report)).replace("\r\n", "\n").replace("\r", "\n")
-    if len(text) > MAX_TEXT:
-        text = text[:MAX_TEXT] + "\n" + text_marker(len(text) - MAX_TEXT)
     location = getattr(report, "location", None)
     return TestCaseResult(
         classname=classname, name=name, outcome=OUTCOME_FAILED if report.when == "call" else OUTCOME_ERROR,
-        message=xml_escape_visible(junit_message(report)), text=text,
+        message=xml_escape_visible(junit_message(report)), text=cut_text(text, len(text)),
         file=xml_escape_visible(location[0]) if location and location[0] else None,
         line=location[1] + 1 if location and location[1] is not None else None,
         time=float(f"{float(getattr(report, 'duration', 0.0) or 0.0):.3f}"),

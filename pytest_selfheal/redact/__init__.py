@@ -324,14 +324,6 @@ class Redactor:
                 self._env_regex_cache[present] = regex
         return regex.sub(REDACTED, text)
 
-    def _one_pass(self, text: str) -> str:
-        # Built-ins first, then env values: "password=<env value>" keeps its label, and an
-        # env value that happens to be a label word cannot hide the secret behind it.
-        text = _builtin_pass(text)
-        for regex in self._custom:
-            text = _custom_sub(regex, text)
-        return self._env_pass(text)
-
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced, lone surrogates escaped; idempotent."""
         if not text:
@@ -351,7 +343,12 @@ class Redactor:
 
     def _redact(self, text: str) -> str:
         for _ in range(_MAX_PASSES):
-            new = self._one_pass(text)
+            # Built-ins first, then env values: "password=<env value>" keeps its label, and an
+            # env value that happens to be a label word cannot hide the secret behind it.
+            new = _builtin_pass(text)
+            for regex in self._custom:
+                new = _custom_sub(regex, new)
+            new = self._env_pass(new)
             if new == text:
                 return new
             text = new

@@ -32,29 +32,21 @@ def plan_target_paths(plan: Plan, field: str = "target_paths") -> list[str]:
     return list(dict.fromkeys(n for action in plan.actions for p in getattr(action, field) if (n := normalise(p))))
 
 
-def _glob_matches(path: str, pattern: str) -> bool:
-    pat = pattern.replace("\\", "/").strip()
-    if not pat:
-        return False
-    if pat.endswith("/"):
-        pat += "*"  # a directory: everything below it
-    if pat.startswith("./"):
-        pat = pat[2:]
-    return fnmatch.fnmatchcase(path, pat)
-
-
 def out_of_scope(
     files: Iterable[str], target_paths: Sequence[str], globs: Sequence[str] = (), *, allow_test_edits: bool = False
 ) -> list[str]:
     """The files (normalised, each once) that are neither target paths nor match a glob; a test
     file named by the plan too unless ``allow_test_edits`` (only an explicit glob lets it in)."""
     targets = {normalise(t) for t in target_paths}
+    stripped = [g.replace("\\", "/").strip() for g in globs]
+    # A glob ending in "/" is a directory: everything below it.
+    patterns = [(g + "*" if g.endswith("/") else g).removeprefix("./") for g in stripped if g]
     out: list[str] = []
     for path in files:
         norm = normalise(path)
         if not norm or norm in out:
             continue
-        if any(_glob_matches(norm, g) for g in globs):
+        if any(fnmatch.fnmatchcase(norm, pattern) for pattern in patterns):
             continue
         if norm in targets and (allow_test_edits or not is_test_file(norm)):
             continue

@@ -123,16 +123,10 @@ def summarise(top: Path, patch: bytes) -> PatchSummary:
     return PatchSummary(tuple(files), notes, tuple(binary), tuple(_symlink_targets(patch)), tuple(dict.fromkeys(tests)))
 
 
-def _target_inside(top: Path, link: str, target: Optional[str]) -> bool:
-    if not target or "\x00" in target:
-        return False
-    joined = target if target.startswith("/") else posixpath.join(posixpath.dirname(link), target)
-    return inside_root(joined, top)
-
-
 def refusal(summary: PatchSummary, top: Path, *, allow_binary: bool) -> Optional[str]:
     """Why the patch is refused before any question, or None."""
-    outside = [f"{link} -> {target}" for link, target in summary.symlinks if not _target_inside(top, link, target)]
+    outside = [f"{link} -> {target}" for link, target in summary.symlinks if not target or "\x00" in target
+               or not inside_root(target if target.startswith("/") else posixpath.join(posixpath.dirname(link), target), top)]
     if outside:
         return f"the patch makes a symlink pointing outside the repository ({', '.join(outside)})"
     if summary.binary and not allow_binary:

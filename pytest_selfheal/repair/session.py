@@ -15,8 +15,7 @@ import dataclasses
 import os
 import shlex
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pytest_selfheal import hooks, process
 from pytest_selfheal.analysis.frames import is_test_file
 from pytest_selfheal.analysis.rules import Rule, parse_hook_rules
+from pytest_selfheal.config.seal import differ
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError, one_line
 from pytest_selfheal.gitrepo import GIT_LOCATING_ENV, isolated_git_env
@@ -42,7 +42,7 @@ from pytest_selfheal.loop.policy import (
 from pytest_selfheal.loop.state import LoopRun, split_runs
 from pytest_selfheal.names import VERIFYING_ENV
 from pytest_selfheal.process import tail_bytes
-from pytest_selfheal.records.attempt import Attempt, RepairBlock
+from pytest_selfheal.records.attempt import RepairBlock
 from pytest_selfheal.records.incident import Incident
 from pytest_selfheal.records.jsondoc import every_key, freeze
 from pytest_selfheal.records.plan import Plan
@@ -63,7 +63,6 @@ from pytest_selfheal.repair.prompt import build_prompt
 from pytest_selfheal.repair.worktree import (
     Worktree,
     apply_patch,
-    changes,
     check_patch,
     create,
     remove_recorded,
@@ -119,16 +118,6 @@ class _Call:
     log: Optional[str] = None
 
 
-@contextmanager
-def _chdir(path: Path) -> Iterator[None]:
-    old = os.getcwd()
-    os.chdir(path)  # an in-process hook that writes relative paths must land in the worktree
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
 class RepairSession:
     """The loop's provider for one run: asks the hooks, then the command, and inspects the diff."""
 
@@ -161,9 +150,13 @@ class RepairSession:
         remaining = max(0, self.policy.max_iterations - loop_iteration)
         targets, globs = allowed_paths(plan, self.effective.settings.repair.allowed_paths,
                                        allow_test_edits=self.allow_test_edits)
+        try:
+            log_tail = store.read_log_tail(incident_id)
+        except SelfhealError:
+            log_tail = ""
         prompt = self.redactor.redact(build_prompt(
             incident=incident, plan=plan, attempts=attempts, iteration=loop_iteration,
-            max_iterations=self.policy.max_iterations, log_tail=self.redactor.redact(self._log_tail()),
+            max_iterations=self.policy.max_iterations, log_tail=self.redactor.redact(log_tail),
             # What the agent may edit: test files only when repair.allow_test_edits says so.
             allowed_paths=[t for t in targets if self.allow_test_edits or not is_test_file(t)] + globs,
             remaining_budget=remaining,
@@ -188,7 +181,7 @@ class RepairSession:
         guard, before = user_side(), self.wt.snapshot()
         call = self._call_provider(iteration, prompt, prompt_file, plan,
                                    [f.to_json() for f in (attempts[-1].failures if attempts else incident.failures)])
-        escaped = changes(guard, user_side())
+        escaped = differ(guard, user_side())
         if escaped:
             # Nothing of a repair that reached outside its worktree is kept (rolled back as a crash).
             call.status = "crashed"
@@ -211,12 +204,6 @@ class RepairSession:
         names = hooks.repair_hook_names(self.pm)
         return f"hook:{names[0]}" if names else f"command:{os.path.basename(self.command[0])}" if self.command else "none"
 
-    def _log_tail(self) -> str:
-        try:
-            return self.store.read_log_tail(self.incident_id)
-        except SelfhealError:
-            return ""
-
     def _call_provider(self, iteration: int, prompt: str, prompt_file: Path, plan: Plan, failures: list[Any]) -> _Call:
         names = hooks.repair_hook_names(self.pm)
         if names and self.pm is not None:
@@ -224,14 +211,16 @@ class RepairSession:
                 "incident_id": self.incident_id, "iteration": iteration, "worktree": str(self.wt.project_root),
                 "prompt": prompt, "prompt_file": str(prompt_file), "plan": plan.to_json(), "failures": failures,
             }
-            start = time.monotonic()
+            start, cwd = time.monotonic(), os.getcwd()
+            os.chdir(self.wt.project_root)  # an in-process hook that writes relative paths must land in the worktree
             try:
-                with _chdir(self.wt.project_root):
-                    answer = hooks.call_repair(self.pm, request)
+                answer = hooks.call_repair(self.pm, request)
             except Exception as exc:  # a buggy hook is a crashed provider, not a crashed loop
                 crashed = hooks.crashed_plugin(self.pm, "pytest_selfheal_repair", exc.__traceback__) or names[0]
                 message = one_line(f"{type(exc).__name__}: {exc}")
                 return _Call(f"hook:{crashed}", "crashed", None, time.monotonic() - start, self.redactor.redact(message))
+            finally:
+                os.chdir(cwd)
             duration = time.monotonic() - start
             if answer is not None:
                 # firstresult: pluggy returns the first answer; the provider named is the one that
@@ -363,12 +352,6 @@ def _actions_touched(plan: Plan, changed: Sequence[str]) -> list[str]:
 WORKTREE_RECORD = "worktree.json"
 
 
-def _accepted_patch(attempts: Sequence[Attempt], reopened: Optional[int]) -> Optional[str]:
-    """The patch of the latest accepted diff of the current run (resume after a kill)."""
-    return next((a.repair.patch for a in reversed(split_runs(attempts, reopened)[1]) if a.repair is not None
-                 and a.repair.result == REPAIR_DIFF and not a.repair.scope_denied and a.repair.patch is not None), None)
-
-
 def repair_loop(
     store: Store,
     incident_id: str,
@@ -407,7 +390,10 @@ def repair_loop(
             store.write_run_file(incident_id, WORKTREE_RECORD, fsio.dumps_json(wt_record.to_json()))
             incident = state.incident if state is not None else incident or store.read_incident(incident_id)
             attempts = state.attempts if state is not None else store.read_attempts(incident_id)
-            accepted = _accepted_patch(attempts, reopened_after(incident))
+            # The patch of the current run's latest accepted diff: resumed after a kill.
+            accepted = next((a.repair.patch for a in reversed(split_runs(attempts, reopened_after(incident))[1])
+                             if a.repair is not None and a.repair.result == REPAIR_DIFF and not a.repair.scope_denied
+                             and a.repair.patch is not None), None)
             status = state.status if state is not None else store.read_status(incident_id) if accepted else None
             if accepted is not None and status == "running":
                 data = read_run_bytes(store, incident_id, accepted)
@@ -480,12 +466,10 @@ def _close_out(store: Store, incident_id: str, result: LoopResult, *, wt: Worktr
             summary = described.text()
             question = f"Apply the fix of {incident_id} ({summary}) to your working tree?"
             verdict = check_patch(wt.repo_top, patch)
-            if refused:
-                message = f"not applied: {refused}"
-                say(f"selfheal: {message}; it stays proposed in {path}")
-            elif not verdict.ok:
-                command = suggested
-                message = f"not applied: the patch does not apply cleanly to your working tree ({verdict.error})"
+            if refused or not verdict.ok:
+                command = None if refused else suggested  # a refused patch gets no command to apply it
+                why = refused or f"the patch does not apply cleanly to your working tree ({verdict.error})"
+                message = f"not applied: {why}"
                 say(f"selfheal: {message}; it stays proposed in {path}")
             elif approver.confirm(question, details=session.redactor.redact(text)):
                 try:

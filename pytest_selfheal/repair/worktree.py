@@ -23,7 +23,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -73,15 +73,6 @@ def _inside(rel: str, prefixes: Sequence[str]) -> bool:
     return any(rel == p or rel.startswith(p + "/") for p in prefixes)
 
 
-def _walk(top: Path, rel: str, prefixes: Sequence[str]) -> Iterator[str]:
-    for root, dirs, files in os.walk(top / rel):
-        here = Path(root)
-        dirs[:] = sorted(d for d in dirs if not _skipped_dir(here / d)
-                         and not _inside((here / d).relative_to(top).as_posix(), prefixes))
-        for name in sorted(files):
-            yield (here / name).relative_to(top).as_posix()
-
-
 def real_source(top: Path, rel: str, exclude: Sequence[str] = ()) -> Optional[Path]:
     """The ignored entry ``rel`` of ``top``, links resolved, when that is inside ``top`` and not
     in the ``exclude`` prefixes (or ``.git``)."""
@@ -105,7 +96,11 @@ def ignored_files(top: Path, prefixes: Sequence[str]) -> list[str]:
         # A link to a folder inside the project is walked as that folder; one leading out, never.
         if path.is_dir() and (not path.is_symlink() or real_source(top, rel, prefixes) is not None):
             if not _skipped_dir(path):
-                found.extend(_walk(top, rel, prefixes))
+                for root, dirs, files in os.walk(path):
+                    here = Path(root)
+                    dirs[:] = sorted(d for d in dirs if not _skipped_dir(here / d)
+                                     and not _inside((here / d).relative_to(top).as_posix(), prefixes))
+                    found.extend((here / name).relative_to(top).as_posix() for name in sorted(files))
         elif not rel.endswith(SKIPPED_FILE_SUFFIXES):
             found.append(rel)
         if len(found) >= _MAX_SEEN:
@@ -387,8 +382,3 @@ def user_state(top: Path, exclude: Sequence[Path] = (), records: Mapping[str, Pa
     for name in ("config", "config.worktree"):
         entries[f".git/{name}"] = _digest_file(git_dir / name)
     return entries
-
-
-def changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """The names whose entry differs between two fingerprints, sorted."""
-    return [name for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from helpers import capture, cli, make_project, run_env
 
+from pytest_selfheal.config.seal import differ
 from pytest_selfheal.errors import EXIT_UNRESOLVED
-from pytest_selfheal.repair.worktree import changes, user_state
+from pytest_selfheal.repair.worktree import user_state
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
@@ -104,6 +105,6 @@ def test_the_fingerprint_ignores_the_reports_root_and_what_git_refreshes(tmp_pat
     (project / ".selfheal" / "x.json").write_text("{}")
     subprocess.run(["git", "status"], cwd=project, capture_output=True, check=True)  # refreshes .git/index
     (project / "calc.py").touch()
-    assert changes(before, user_state(project, [project / ".selfheal"])) == []
+    assert differ(before, user_state(project, [project / ".selfheal"])) == []
     (project / "calc.py").write_text(BUGGY + "# edited\n")
-    assert changes(before, user_state(project, [project / ".selfheal"])) == ["calc.py"]
+    assert differ(before, user_state(project, [project / ".selfheal"])) == ["calc.py"]
