@@ -14,7 +14,7 @@ from fake_github import FakeGitHub
 from helpers import cli, git_commit_all, make_project
 from test_ci import PR, actions_env, ours, outputs_of, run_ci
 
-from pytest_selfheal.config.settings import default_config
+from pytest_selfheal.config.settings import merge_layers
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED
 from pytest_selfheal.github.ci_verdict import new_tests_section, sanitize_ci_info
 from pytest_selfheal.github.new_tests import (
@@ -103,7 +103,7 @@ def test_the_budget_is_the_share_above_a_floor_and_below_the_cap() -> None:
 ])
 def test_the_run_base_says_why_no_new_test_is_checked(tmp_path: Path, base: RunBase, note: str) -> None:
     """A pull request without a base revision is not told it is no pull request."""
-    check = check_new_tests(NewTestsRun(tmp_path, base, [], 1.0), default_config(), say=print)
+    check = check_new_tests(NewTestsRun(tmp_path, base, [], 1.0), merge_layers([]), say=print)
     assert check.note == f"new tests not checked: {note}"
 
 
@@ -156,7 +156,7 @@ def test_new_tests_are_what_the_pull_request_collects_and_its_base_did_not(tmp_p
     git_commit_all(project, "change tests")
     said: list[str] = []
     run = NewTestsRun(project, RunBase("pull_request", True, base), [], 1.0, env=dict(os.environ))
-    found = find_new_tests(run, default_config(), base, say=said.append)
+    found = find_new_tests(run, merge_layers([]), base, say=said.append)
     assert found == ["test_m.py::test_p[2]", "test_m.py::test_edited", "test_m.py::test_bound"]
     assert said == []
     assert git.Repo(project).git.worktree("list").count("\n") == 0  # the base's checkout is gone

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_check import assert_valid
 
-from pytest_selfheal.config.settings import ConfigLayer, default_config, merge_layers
+from pytest_selfheal.config.settings import ConfigLayer, merge_layers
 from pytest_selfheal.errors import ConfigError, InputError
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.messages import command_shown, decision_point, handoff, recommended_next_action, status_line
@@ -666,7 +666,7 @@ def test_status_line_is_parseable() -> None:
 
 
 def test_policy_defaults_from_default_settings() -> None:
-    assert LoopPolicy.from_settings(default_config().settings) == LoopPolicy()
+    assert LoopPolicy.from_settings(merge_layers([]).settings) == LoopPolicy()
 
 
 def test_policy_from_full_config_ignores_other_keys() -> None:

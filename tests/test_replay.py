@@ -26,7 +26,7 @@ from helpers import (
     moving_project,
 )
 
-from pytest_selfheal.config.settings import default_config
+from pytest_selfheal.config.settings import merge_layers
 from pytest_selfheal.errors import Cancelled
 from pytest_selfheal.loop import policy
 from pytest_selfheal.loop.attempts import build_run_result
@@ -135,7 +135,7 @@ def test_driver_and_replay_agree_on_the_final_status(reason: str) -> None:
     assert decision is not None and decision.stop_reason == reason
     capture = policy.Observation(0, {"t.py::t": "failed"}, ("f1",), ("UNKNOWN",), None)
     result = build_run_result(ID, decision, observations=[capture], attempts=[attempt], pol=policy.LoopPolicy(),
-                              failure_signature=None, effective=default_config())
+                              failure_signature=None, effective=merge_layers([]))
     # The replay: the events finalize appends for that stop.
     replayed = replay([
         _ev("incident_captured", status="new"),
