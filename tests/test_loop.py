@@ -143,7 +143,7 @@ def test_the_driver_verifies_through_the_injected_verifier(tmp_path: Path) -> No
         return VerificationRun(list(argv), 0, False, 0.01, "1 passed", junit_path)
 
     result = loop_in_process(project, incident_id, verifier=verifier)
-    # A passing selection runs again with its comparisons judged before it can be a success.
+    # A passing selection with nothing broken runs again, its comparisons judged, before it is a success.
     assert [judged for _, judged in calls] == [False, True] and all("test_calc.py::test_sub" in a for a, _ in calls)
     assert result["stop_reason"] == "success" and result["flaky_tests"] == ["test_calc.py::test_sub"]
     attempt = Store(project / ".selfheal").read_attempts(incident_id)[0]

@@ -408,8 +408,8 @@ def test_a_narrower_passing_run_is_not_yet_checked_and_a_whole_run_is_checked_by
     whole = pytester.runpytest("--selfheal")
     whole.stdout.fnmatch_lines(["*-> STOP success", "*the regression check ran 2 test(s) (1 test module(s) that "
                                 "import the change; 2 of them by this run itself): nothing broken"])
-    # The capture, the narrow and the whole run, and the verification run of the failing test
-    # that makes the whole run's pass a success: the check runs nothing of its own.
+    # The capture, the narrow and the whole run, and the judged run of the failing test that
+    # makes the whole run's pass a success: the check runs nothing of its own.
     assert _runs(pytester.path, "sessions.runs") == 4
 
 
@@ -459,7 +459,8 @@ def test_agent_mode_the_check_runs_only_the_modules_the_run_did_not_and_names_wh
     assert "STOP success" in result.stdout, result.stdout
     assert "the regression check ran 3 test(s) (2 test module(s) that import the change; 2 of them by this run " \
         "itself): nothing broken" in result.stdout
-    assert _runs(project, "sessions.runs") == 6  # the run and the check's run of test_invoice.py
+    # The run, the check's run of test_invoice.py and the judged run of the selection.
+    assert _runs(project, "sessions.runs") == 7
     assert _runs(project) == 0  # test_unrelated.py: never
 
 

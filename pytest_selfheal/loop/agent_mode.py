@@ -31,6 +31,7 @@ from pytest_selfheal.loop.regression import (
     check_incident,
     narrower_than_capture,
     passes,
+    still_success,
 )
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun, read_context
@@ -219,7 +220,13 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
                 "run_tests with no selection) for the check and the verdict")
             result.still_open.append(incident_id)
             continue
-        if passes(run_outcomes) and not edited and not changes.harness:
+        # A passing selection: the tests the change can reach run before it can be a success
+        # (a changed harness never is one).
+        regression = None if changes.harness else check_incident(
+            store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
+            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run,
+            context=context)
+        if not edited and not changes.harness and still_success(run_outcomes, False, regression):
             # A success is a verification run's: this process cannot show selfheal its passing
             # comparisons (capture/comparisons.py) nor load it before the conftests.
             again = _verified(store, incident, judged, project_root)
@@ -230,12 +237,6 @@ def record_agent_attempts(*, store: Store, effective: EffectiveConfig, incidents
                 result.lines.append(f"selfheal: incident {incident_id}: this run passes its tests, but its "
                                     f"verification run does not pass {first_few(failed, 3)}"
                                     + (f": {again.failures[0].message}" if again.failures else ""))
-        # A passing selection: the tests the change can reach run before it can be a success
-        # (a changed harness never is one).
-        regression = None if changes.harness else check_incident(
-            store, incident.captured, effective=judged, tree=project_root, runner=run_selection,
-            outcomes=run_outcomes, rules=rules_for_run(judged.settings.classification_rules, ()), this_run=this_run,
-            context=context)
         outcome = record_iteration(
             LoopRun.resume(store, incident_id, incident.captured, incident.plan), effective=judged,
             outcomes=run_outcomes, failures=run_failures, diff_hash=diff, started_at=format_ts(started_at),

@@ -34,7 +34,7 @@ from pytest_selfheal.loop.control import CancelState, Interrupted, kill_point, l
 from pytest_selfheal.loop.decision import decide, known_flaky
 from pytest_selfheal.loop.messages import command_shown, iteration_prefix, option_record, status_line
 from pytest_selfheal.loop.policy import loop_selection
-from pytest_selfheal.loop.regression import check_incident, passes
+from pytest_selfheal.loop.regression import check_incident, still_success
 from pytest_selfheal.loop.seal_check import harness_changed, judged_config
 from pytest_selfheal.loop.state import LoopRun, minutes_between, read_context, stamp, utcnow
 from pytest_selfheal.loop.verify import (
@@ -388,13 +388,6 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
     hasher = PendingSnapshot(cwd, exclude=[run.store.root], context=False)
     ran = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env, rules=rules,
                            verifier=verifier, cancel=state)
-    if passes(ran.outcomes, bool(ran.failures) or ran.timed_out):
-        # A candidate success runs again with its passing comparisons judged: judging slows every
-        # passing assert, so a failing iteration does not pay for it.
-        judged = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env,
-                                  rules=rules, verifier=verifier, cancel=state, judged=True)
-        ran = replace(judged, duration=ran.duration + judged.duration)
-    outcomes, failures, codes = ran.outcomes, ran.failures, ran.codes
     context = read_context(run.store, incident.incident_id)
     changes = harness_changed(incident, cwd, store=run.store, plan=run.plan, context=context, environ=env,
                               extra_code=repair.files_changed if repair is not None else ())
@@ -404,9 +397,17 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
     if not changes.harness:
         with state.interruptible():  # a passing selection: the tests the change can reach run before a success
             regression = check_incident(
-                run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=outcomes,
-                failed=bool(failures) or ran.timed_out, env=env, rules=rules,
+                run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=ran.outcomes,
+                failed=bool(ran.failures) or ran.timed_out, env=env, rules=rules,
                 captured_tree=loop.project_root if repair is not None else None, context=context)
+    if not changes.harness and not changes.tests and still_success(ran.outcomes, bool(ran.failures) or ran.timed_out,
+                                                                   regression):
+        # A success-to-be runs once more with its passing comparisons judged: judging slows every
+        # passing assert, so no other iteration pays for it.
+        judged = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env,
+                                  rules=rules, verifier=verifier, cancel=state, judged=True)
+        ran = replace(judged, duration=ran.duration + judged.duration)
+    outcomes, failures, codes = ran.outcomes, ran.failures, ran.codes
     tree_hash = hasher.result().diff_hash
     kill_point("iteration:after_verify")
     outcome = record_iteration(

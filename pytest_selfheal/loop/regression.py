@@ -542,6 +542,12 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
         spectrum=spectrum)
 
 
+def still_success(outcomes: Mapping[str, str], failed: bool, regression: Optional[RegressionCheck]) -> bool:
+    """The selection passes and the regression check (if any ran) found nothing broken: what
+    only the judged run of the selection can still take away (capture/comparisons.py)."""
+    return passes(outcomes, failed) and (regression is None or not (regression.broken or regression.timed_out))
+
+
 def passes(outcomes: Mapping[str, str], failed: bool = False) -> bool:
     """Every test of a selection passed: a candidate ``success``, for the regression check to decide."""
     return bool(outcomes) and not failed and all(o == models.OUTCOME_PASSED for o in outcomes.values())
