@@ -134,11 +134,12 @@ def open_incidents(store: Store) -> list[OpenIncident]:
 
 def _verified(store: Store, incident: OpenIncident, effective: EffectiveConfig, project_root: Path) -> Optional[Verification]:
     """The incident's verification commands run as the loop runs them (None: refused, or none)."""
+    trusted = trusted_options(incident.captured, effective)
     try:
         argvs = plan_argvs(incident.plan, incident.captured, effective)
         for argv in argvs:
             check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root,
-                          trusted=trusted_options(incident.captured, effective))
+                          trusted=trusted)
     except SelfhealError:
         return None
     return run_verification(store, incident.captured, argvs, incident.selection, effective=effective, cwd=project_root,

@@ -352,6 +352,11 @@ class Verification:
     timed_out: bool = False
     duration: float = 0.0
 
+    @property
+    def failed(self) -> bool:
+        """A failure besides the outcomes, or a timeout: the selection cannot pass."""
+        return bool(self.failures) or self.timed_out
+
 
 def run_verification(store: Store, incident: Incident, argvs: Sequence[Sequence[str]], nodeids: Sequence[str], *,
                      effective: EffectiveConfig, cwd: Path, env: Optional[Mapping[str, str]], rules: Sequence[Rule],
@@ -361,12 +366,13 @@ def run_verification(store: Store, incident: Incident, argvs: Sequence[Sequence[
     (``judged``: with the passing comparisons judged, capture/comparisons.py)."""
     cancel = cancel or CancelState()
     found = Verification()
+    invocation_dir = start_dir(cwd, incident.invocation_dir)
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         for index, argv in enumerate(argvs):
             with cancel.interruptible():
                 ran = verifier(argv, cwd=cwd, junit_path=Path(tmp) / f"junit_{index}.xml",
                                timeout_seconds=effective.settings.verification.timeout_seconds, env=env,
-                               invocation_dir=start_dir(cwd, incident.invocation_dir),
+                               invocation_dir=invocation_dir,
                                selection_file=store.selection_file(incident.incident_id, index), judged=judged)
             got, failed = observe(ran, [n for n in nodeids if selected_by(n, argv)] or list(nodeids), rules=rules,
                                   redactor=effective.redactor)
@@ -398,10 +404,9 @@ def _verify_and_record(loop: _Loop, argvs: Sequence[Sequence[str]], nodeids: Seq
         with state.interruptible():  # a passing selection: the tests the change can reach run before a success
             regression = check_incident(
                 run.store, incident, effective=effective, tree=cwd, runner=verifier, outcomes=ran.outcomes,
-                failed=bool(ran.failures) or ran.timed_out, env=env, rules=rules,
+                failed=ran.failed, env=env, rules=rules,
                 captured_tree=loop.project_root if repair is not None else None, context=context)
-    if not changes.harness and not changes.tests and still_success(ran.outcomes, bool(ran.failures) or ran.timed_out,
-                                                                   regression):
+    if not changes.harness and not changes.tests and still_success(ran.outcomes, ran.failed, regression):
         # A success-to-be runs once more with its passing comparisons judged: judging slows every
         # passing assert, so no other iteration pays for it.
         judged = run_verification(run.store, incident, argvs, nodeids, effective=effective, cwd=cwd, env=env,
