@@ -150,15 +150,15 @@ def test_zz_over_the_cap():
     assert False
 """
     )
-    # Started from a subdirectory (incident.json gains invocation_dir), selecting the rootdir,
-    # by a `selfheal ci` run (its token: ci_run).
+    # Started from a subdirectory (incident.json gains invocation_dir), selecting the rootdir
+    # through a filter (pytest_filters), by a `selfheal ci` run (its token: ci_run).
     monkeypatch.setenv("SELFHEAL_CI_RUN", "token-of-this-ci-run")
     (pytester.path / "sub").mkdir()
     here = os.getcwd()
     os.chdir(pytester.path / "sub")
     try:
         pytester.runpytest("--selfheal", "--selfheal-spectrum", "--strict-markers", "--rootdir", str(pytester.path),
-                           str(pytester.path)).assert_outcomes(failed=5)
+                           "-k", "not nothing_of_this_name", str(pytester.path)).assert_outcomes(failed=5)
     finally:
         os.chdir(here)
     # Archived, then reopened (`selfheal reopen`): incident.json gains reopened_after_iteration.

@@ -421,15 +421,16 @@ def test_a_snapshot_in_a_thread_reads_what_git_snapshot_reads(tmp_path: Path, mo
         PendingSnapshot(project).result()
 
 
-def test_replayable_options_keep_behaviour_and_drop_selection_and_output() -> None:
+def test_replayable_options_keep_behaviour_record_the_selection_filters_apart_and_drop_output() -> None:
     known = {"-p": (True, "plugins"), "-o": (True, "override_ini"), "-k": (True, "keyword"), "-q": (False, "verbose"),
              "--tb": (True, "tbstyle"), "--import-mode": (True, "importmode"), "-x": (False, "maxfail"),
              "--target": (True, "target"), "--selfheal": (False, "selfheal"), "--strict-markers": (False, "strict_markers")}
     args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
             "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--target", "staging", "--strict-markers",
             "--mystery", "positional", "--", "-p", "after"]
-    assert replayable_options(args, lambda name, _value: known.get(name)) == [
-        "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--target", "staging", "--strict-markers"]
+    assert replayable_options(args, lambda name, _value: known.get(name)) == (
+        ["-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--target", "staging", "--strict-markers"],
+        ["-k", "x or y"])
 
 
 def test_replayable_options_ask_pytests_own_parser(pytestconfig: pytest.Config) -> None:
@@ -437,10 +438,13 @@ def test_replayable_options_ask_pytests_own_parser(pytestconfig: pytest.Config) 
     args = ["-q", "-pno:randomly", "tests/t.py::a", "-k", "x or y", "-o", "a=b", "--import-mode=importlib", "-x",
             "--tb=short", "-p", "pytest_selfheal.plugin", "--selfheal", "--selfheal-dir", "d", "--strict-markers",
             "--mystery", "positional", "-W", "error", "-Wignore", "--durations=-1", "-qx", "--runxfail", "@args.txt",
+            "-m", "not slow", "--deselect=tests/t.py::b", "--ignore", "tests/legacy", "--ignore-glob=*_old.py",
             "--", "-p", "after"]
-    assert replayable_options(args, lookup) == [
-        "-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--strict-markers", "-W", "error", "-W", "ignore",
-        "--runxfail"]
+    assert replayable_options(args, lookup) == (
+        ["-p", "no:randomly", "-o", "a=b", "--import-mode=importlib", "--strict-markers", "-W", "error", "-W", "ignore",
+         "--runxfail"],
+        ["-k", "x or y", "-m", "not slow", "--deselect=tests/t.py::b", "--ignore", "tests/legacy",
+         "--ignore-glob=*_old.py"])
 
 
 @pytest.mark.parametrize(

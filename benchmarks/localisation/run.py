@@ -335,7 +335,8 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
                     incident = json.loads(incidents[0].read_text())
                     detail[mode]["failures"] = incident["failures"]
                     if mode in AFTER_FIRST_ITERATION:  # with the options the localisation run has
-                        detail[mode]["spectrum"] = spectrum_of(root, incident["failures"], incident["pytest_options"])
+                        detail[mode]["spectrum"] = spectrum_of(root, incident["failures"], [
+                            *incident.get("pytest_options", ()), *incident.get("pytest_filters", ())])
                 said.append(f"  {mode:9} {len(plan['actions'])} action(s), top-1 {top1}, top-3 {top3}, "
                             f"{spent / plain:.2f}x, suspects {[s.get('name') for s in first[:3]]}")
                 if mode == options.modes[0]:
@@ -372,7 +373,7 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
 
 def spectrum_of(root: Path, failures: list[dict[str, Any]], options: Sequence[str]) -> dict[str, Any]:
     """The spectrum of the failing tests' files below ``root`` (``record_spectrum``, in a child)
-    run with ``options``: those the capture recorded, as the localisation run (no ``--deselect``)."""
+    run with ``options``: those the capture recorded and its selection filters, as the localisation run."""
     files = sorted({f for f in (selection_file(str(x.get("nodeid") or "")) for x in failures) if f})
     out = root.parent / "spectrum.json"
     subprocess.run([sys.executable, __file__, SPECTRUM_OF, str(out), *files, *options], cwd=root, check=False,

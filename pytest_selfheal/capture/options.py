@@ -1,6 +1,6 @@
 """The capture's pytest options that change behaviour, replayed in every verification run
-(docs/loop.md "Verification fidelity"); selection, output, parallelism, debugging and the
-plugin's own options are dropped."""
+(docs/loop.md "Verification fidelity"), and its selection filters, honoured by the runs that
+select whole files; output, parallelism, debugging and the plugin's own options are dropped."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pytest_selfheal.names import OPTIONS_PLUGIN
 # argparse destinations of options that only select, print, parallelise or debug.
 DROPPED_DESTS = frozenset({
     # selection
-    "keyword", "markexpr", "lf", "last_failed_no_failures", "failedfirst", "newfirst", "stepwise",
-    "stepwise_skip", "maxfail", "deselect", "ignore", "ignore_glob", "collectonly", "pyargs",
+    "lf", "last_failed_no_failures", "failedfirst", "newfirst", "stepwise",
+    "stepwise_skip", "maxfail", "collectonly", "pyargs",
     "continue_on_collection_errors",
     # output and reports
     "verbose", "reportchars", "tbstyle", "color", "code_highlight", "xmlpath", "junitprefix", "durations",
@@ -29,14 +29,21 @@ DROPPED_DESTS = frozenset({
     "numprocesses", "maxprocesses", "dist", "tx", "looponfail", "rsyncdir",
 })
 
+# argparse destinations of the options that narrow the user's suite (-k, -m, --deselect,
+# --ignore): a verification names its tests, but a run of whole files (localisation, the
+# regression check) runs only what the user's own run would.
+FILTER_DESTS = frozenset({"keyword", "markexpr", "deselect", "ignore", "ignore_glob"})
+
 # (takes ``value``, the token after it or attached to it, as its value?, argparse dest) of an
 # option string, or None when pytest does not know it or it needs a value it is not given.
 OptionLookup = Callable[[str, Optional[str]], Optional[tuple[bool, str]]]
 
 
-def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
-    """The options of ``args`` to replay, in order, with their values; unknown ones and positionals dropped."""
+def replayable_options(args: Sequence[str], lookup: OptionLookup) -> tuple[list[str], list[str]]:
+    """The options of ``args`` to replay and its selection filters, each in order with their
+    values; unknown ones and positionals dropped."""
     kept: list[str] = []
+    filters: list[str] = []
     index = 0
     while index < len(args):
         token = args[index]
@@ -63,13 +70,14 @@ def replayable_options(args: Sequence[str], lookup: OptionLookup) -> list[str]:
         own = dest.startswith("selfheal") or dest == "plugins" and (value or "").split(".")[0] == "pytest_selfheal"
         if dest in DROPPED_DESTS or own:
             continue
+        into = filters if dest in FILTER_DESTS else kept
         if value is None:
-            kept.append(name)
+            into.append(name)
         elif eq and name.startswith("--"):
-            kept.append(f"{name}={value}")
+            into.append(f"{name}={value}")
         else:
-            kept.extend([name, value])
-    return kept
+            into.extend([name, value])
+    return kept, filters
 
 
 class _Written(argparse.Namespace):
@@ -110,9 +118,10 @@ def option_lookup(parser: pytest.Parser) -> OptionLookup:
     return lookup
 
 
-def capture_options(config: pytest.Config) -> list[str]:
+def capture_options(config: pytest.Config) -> tuple[list[str], list[str]]:
+    """The options a run of ``config`` replays, and its selection filters."""
     parser = cast(pytest.Parser, config.pluginmanager.get_plugin(OPTIONS_PLUGIN))  # plugin.py registered it
     return replayable_options(list(config.invocation_params.args), option_lookup(parser))
 
 
-__all__ = ["DROPPED_DESTS", "capture_options", "option_lookup", "replayable_options"]
+__all__ = ["DROPPED_DESTS", "FILTER_DESTS", "capture_options", "option_lookup", "replayable_options"]

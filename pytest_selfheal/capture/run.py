@@ -148,6 +148,7 @@ def capture_incident(
     reports_root: Path,
     tdd_nodeids: Sequence[str] = (),
     pytest_options: Sequence[str] = (),
+    pytest_filters: Sequence[str] = (),
     warnings: Optional[list[str]] = None,
     ci_run: Optional[str] = None,
     git: Optional[PendingSnapshot] = None,
@@ -177,6 +178,7 @@ def capture_incident(
         tdd_nodeids=tuple(tdd_nodeids),
         unverified_failures=unverified,
         pytest_options=tuple(pytest_options),
+        pytest_filters=tuple(pytest_filters),
         invocation_dir=invocation_dir(config) or None,  # verification runs start there too
         ci_run=ci_run or None,
         seal=seal,

@@ -141,7 +141,7 @@ def localise(
     ranked some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
     incident, incident_id = run.incident, run.incident_id
     argvs = verification_argv(plan)
-    trusted = trusted_options(incident, effective)
+    trusted = trusted_options(incident, effective, whole_files=True)
     files = _files(incident, project_root)
     if not argvs or not files:
         return plan

@@ -108,8 +108,8 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
     covered: set[str] = set()
     still_open: list[str] = []
     iterated: list[str] = []  # incidents this run was an iteration of: never "already stopped" by it
-    # The run's replayable options: compared by agent mode, recorded by a capture.
-    options = capture_options(recorder.config)
+    # The run's replayable options: compared by agent mode, recorded by a capture (and its filters).
+    options, filters = capture_options(recorder.config)
     if recorder.outcomes or recorder.gone:
         agent = recorder.loop_side().record_attempts(failures, exitstatus, options)
         recorder.lines.extend((ESSENTIAL, line) for line in agent.lines)
@@ -142,6 +142,7 @@ def _finish(recorder: Recorder, exitstatus: int) -> None:
             reports_root=recorder.reports_root,
             tdd_nodeids=[n for n in recorder.tdd_nodeids if n in nodeids],
             pytest_options=options,
+            pytest_filters=filters,
             warnings=warnings,
             ci_run=recorder.ci_run,
             git=git,
