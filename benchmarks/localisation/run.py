@@ -151,16 +151,16 @@ def pytest_run(root: Path, args: Sequence[str], python: str = sys.executable,
     return time.perf_counter() - start, done.returncode, done.stdout
 
 
-def first_iteration(root: Path, *, localise: bool) -> float:
+def first_iteration(root: Path, *, localise: bool, loop: bool = True) -> float:
     """Run the loop's first iteration on the one incident below ``root`` (``selfheal loop``,
-    one verification), after ``selfheal plan ID --localise`` (its localisation run, what a
-    reader of the plan runs) when ``localise``; their wall time."""
+    one verification; not without ``loop``), after ``selfheal plan ID --localise`` (its
+    localisation run, what a reader of the plan runs) when ``localise``; their wall time."""
     found = sorted((root / ".selfheal" / "error_inbox").glob("*/incident.json"))
     if not found:
         return 0.0
     incident_id = found[0].parent.name
     start = time.perf_counter()
-    for command in (["plan", incident_id, "--localise"], ["loop", incident_id])[0 if localise else 1:]:
+    for command in (["plan", incident_id, "--localise"], ["loop", incident_id])[0 if localise else 1:1 + loop]:
         subprocess.run([sys.executable, "-m", "pytest_selfheal", *command], cwd=root, check=False,
                        capture_output=True, text=True, timeout=PLAIN_TIMEOUT * 4, stdin=subprocess.DEVNULL)
     return time.perf_counter() - start
@@ -279,6 +279,7 @@ class Options(NamedTuple):
     fauxpy: Optional[str]
     log: Optional[str]  # a file each fault's result is appended to (one JSON object a line)
     keep: bool = False  # each mode's incident failures kept in its result (--keep-evidence)
+    cost: bool = True  # the first iteration timed with and without its localisation run (else --no-cost)
 
 
 def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, Any]], int]:
@@ -320,7 +321,8 @@ def run_project(job: tuple[str, list[Case], Options]) -> tuple[list[dict[str, An
             for mode in options.modes:
                 shutil.rmtree(root / ".selfheal", ignore_errors=True)
                 spent, _, _ = pytest_run(root, [*case.tests, *case.options, *MODES[mode]])
-                iteration, bare = localisation_cost(root) if mode in AFTER_FIRST_ITERATION else (0.0, 0.0)
+                iteration, bare = (0.0, 0.0) if mode not in AFTER_FIRST_ITERATION else \
+                    localisation_cost(root) if options.cost else (first_iteration(root, localise=True, loop=False), 0.0)
                 spent += iteration
                 plan = read_json(root / ".selfheal" / "error_plans", "plan.json") or {"actions": []}
                 first = plan["actions"][0].get("suspects", []) if plan["actions"] else []
@@ -415,6 +417,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="also append every fault's result to FILE as it is measured (one JSON object a line)")
     parser.add_argument("--keep-evidence", action="store_true",
                         help="with --json: each mode's incident failures (root-cause evidence, spectrum) kept too")
+    parser.add_argument("--no-cost", action="store_true",
+                        help="rank only: no first iteration, so no time of what localising adds")
     parser.add_argument("--table", metavar="FILE", default=None, help="print the tables of a --json FILE and stop")
     parser.add_argument("--faults", metavar="FILE", default=None,
                         help="print per fault of a --json FILE its localised ranking with this code, and stop")
@@ -429,7 +433,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"unknown mode(s): {', '.join(unknown)}")
     if "fauxpy" in asked and not args.fauxpy:
         parser.error("the 'fauxpy' mode needs --fauxpy PYTHON (an interpreter with fauxpy and pytest)")
-    options = Options(args.limit, tuple(m for m in asked if m in MODES), args.fauxpy, args.json, args.keep_evidence)
+    options = Options(args.limit, tuple(m for m in asked if m in MODES), args.fauxpy, args.json, args.keep_evidence,
+                      not args.no_cost)
     if args.json:
         Path(args.json).write_text("")
     only = [p for p in args.projects.split(",") if p]
