@@ -97,13 +97,17 @@ def unpacked_sdist(name: str, version: str) -> Path:
                         "-d", str(sdists), f"{name}=={version}"], check=True, stdin=subprocess.DEVNULL)
         found = [p for p in sdists.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
     archive = found[0]
-    extract = root / "src" / ".partial"
+    extract = root / "src" / f".partial-{os.getpid()}"  # two jobs may unpack the same sdist at once
     shutil.rmtree(extract, ignore_errors=True)
     with tarfile.open(archive) as tar:
         tar.extractall(extract, filter="data")
     (only,) = list(extract.iterdir())
-    only.rename(folder)
-    extract.rmdir()
+    try:
+        only.rename(folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+    shutil.rmtree(extract, ignore_errors=True)
     return folder
 
 
