@@ -17,6 +17,7 @@ from test_ci import actions_env, run_ci
 
 from pytest_selfheal.config.keys import MAX_ITEMS, SCHEMA
 from pytest_selfheal.errors import EXIT_USAGE
+from pytest_selfheal.recorder.run_config import load_effective_config
 
 SHELL_REFUSAL = "a shell, an interpreter or a launcher runs whatever its arguments say"
 ROOT_REFUSAL = "it moves pytest's rootdir or config file"
@@ -176,3 +177,12 @@ def test_a_flags_absolute_path_is_its_invokers_choice(tmp_path: Path) -> None:
     assert json.loads(run.stdout)["ralf_lite"]["reports_dir"] == str(tmp_path / "shared")
     climbing = _selfheal_config(project, "--set", "reports_dir=../shared")
     assert climbing.returncode == EXIT_USAGE and 'refusing "../shared": it leads out of the project' in climbing.stderr
+
+
+def test_each_flag_is_labelled_with_who_gave_it(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = --selfheal-set=log_tail_lines=7 --selfheal-max-iterations=4\n")
+    config = pytester.parseconfigure("--selfheal-approve", "--selfheal-set", "max_iterations=2", "test_a.py")
+    origins = load_effective_config(config).origins
+    assert origins["repair.approve"] == "--selfheal-approve"  # a switch given on the command line
+    assert origins["max_iterations"] == "--selfheal-set"  # the invoker's, given after the ini's flag
+    assert origins["log_tail_lines"].startswith("--selfheal-set in the addopts of the pytest ini (")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.settings import EffectiveConfig, Override, parse_override
 from pytest_selfheal.errors import SelfhealError
-from pytest_selfheal.names import FLAG_KEYS, INI_KEYS
+from pytest_selfheal.names import FLAG_KEYS, INI_KEYS, OPTIONS_PLUGIN
 
 
 def _ini_values(config: pytest.Config) -> dict[str, str]:
@@ -30,18 +32,18 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
     """The effective config for this pytest run (files ← ini ← flags); a bad one is a usage error."""
     overrides: list[Override] = []
     addopts = f"{{}} in the addopts of the pytest ini ({config.inipath})"
+    invoker = _invoker_options(config)
     for dest, key in FLAG_KEYS.items():
         value = config.getoption(dest)
         if value is None:
             continue
         flag = "--" + dest.replace("_", "-")
-        given = _invoker_values(config, flag)
-        project = not given or given[-1] != value  # the last one wins: pytest puts addopts first
+        project = getattr(invoker, dest, None) != value  # the invoker's words come last: theirs wins
         if dest == "selfheal_dir":
             # A path given on the command line is relative to where pytest was invoked.
             value = str(Path(config.invocation_params.dir, value))
         overrides.append(Override(key, value, addopts.format(flag) if project else flag, project=project))
-    given = _invoker_values(config, "--selfheal-set")
+    given = getattr(invoker, "selfheal_set", None) or []
     for text in config.getoption("selfheal_set") or []:
         project = text not in given
         override = parse_override(text, addopts.format("--selfheal-set") if project else "--selfheal-set")
@@ -53,12 +55,12 @@ def load_effective_config(config: pytest.Config) -> EffectiveConfig:
         raise pytest.UsageError(f"selfheal: {exc}") from None
 
 
-def _invoker_values(config: pytest.Config, flag: str) -> list[str]:
-    """The values the invoker gave ``flag`` (command line, ``PYTEST_ADDOPTS``); the rest are the project's."""
+def _invoker_options(config: pytest.Config) -> argparse.Namespace:
+    """The options the invoker gave (command line, ``PYTEST_ADDOPTS``), read by pytest's own
+    parser; the rest are the project's (its ini's ``addopts``)."""
+    parser = cast(pytest.Parser, config.pluginmanager.get_plugin(OPTIONS_PLUGIN))  # plugin.py registered it
     try:
         words = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
-    except ValueError:  # pytest read it already; a quote it could not read is no value here
-        words = list(config.invocation_params.args)
-    return [word.partition("=")[2] if word.startswith(f"{flag}=") else words[index + 1]
-            for index, word in enumerate(words)
-            if word.startswith(f"{flag}=") or (word == flag and index + 1 < len(words))]
+        return parser.parse_known_and_unknown_args(words)[0]
+    except (ValueError, pytest.UsageError):  # pytest read them already; what it could not is no value here
+        return argparse.Namespace()
