@@ -80,12 +80,14 @@ class ProcessResult:
     error: str = ""  # why it could not start
 
 
-def kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def kill_group(proc: subprocess.Popen[bytes], sig: Optional[int] = None) -> None:
+    """Signal the child's group with ``sig``, by default kill it; Windows has neither groups
+    nor SIGKILL: the child itself is killed."""
     with contextlib.suppress(OSError):  # gone already
-        if sys.platform == "win32":  # pragma: no cover - no process groups to signal
+        if sys.platform == "win32":  # no process groups to signal
             proc.kill()
         else:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGKILL if sig is None else sig)
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
@@ -94,7 +96,7 @@ def terminate_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SEC
     kill_group(proc, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    kill_group(proc, signal.SIGKILL)
+    kill_group(proc)
     with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL does not fail
         proc.wait(timeout=grace + 5)
 
@@ -392,7 +394,7 @@ def _wait(
             proc.wait()
         finally:
             if not expired.is_set():
-                kill_group(proc, signal.SIGKILL)  # what the leader left behind in its group
+                kill_group(proc)  # what the leader left behind in its group
             done.set()
 
     def expire() -> None:

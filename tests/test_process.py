@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -77,6 +78,25 @@ def test_exit_code_and_output_file(tmp_path: Path) -> None:
                  cwd=tmp_path, output_path=tmp_path / "sub" / "out")
     assert result.started and result.exit_code == 4 and not result.timed_out
     assert sorted((tmp_path / "sub" / "out").read_text().split()) == ["err", "out"]
+
+
+def test_a_child_runs_to_its_end_and_to_its_timeout_where_there_is_no_sigkill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Windows: no process groups, no SIGKILL; Popen.kill is Popen.terminate (TerminateProcess).
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(subprocess.Popen, "kill", subprocess.Popen.terminate)
+    monkeypatch.delattr(signal, "SIGKILL")
+    outcomes: list[tuple[Optional[int], bool]] = []
+
+    def both() -> None:
+        for code in ("print('out')", "import time; time.sleep(60)"):
+            result = run([sys.executable, "-c", code], cwd=tmp_path, timeout_seconds=2)
+            outcomes.append((result.exit_code, result.timed_out))
+
+    worker = threading.Thread(target=both, daemon=True)
+    worker.start()
+    worker.join(120)  # a guard against a hang, no measure of speed
+    assert outcomes == [(0, False), (None, True)]
 
 
 def test_an_executable_that_cannot_start_is_reported_not_raised(tmp_path: Path) -> None:
