@@ -387,6 +387,7 @@ def record_spectrum(out: Path, args: Sequence[str]) -> int:
     """Run pytest on ``args`` here recording what each test ran, as the localisation run does,
     and write to ``out`` the functions the failing tests ran and, per test, those of them it ran."""
     hook = SpectrumHook(os.getcwd())
+    sys.path.insert(0, os.getcwd())  # as ``python -m pytest`` has it: a project's top-level modules import
     # This process imported the plugin's package already: pytest cannot rewrite it, and says so.
     pytest.main(["-q", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args],
                 plugins=[hook])
