@@ -21,6 +21,8 @@ from helpers import PY, cli, git_commit_all, make_project, run_env, run_pytest_s
 from pytest_selfheal.cli.incidents import AGENT_VARIABLES
 from pytest_selfheal.config.files import load_config
 from pytest_selfheal.config.seal import (
+    PATCHES,
+    TEST_AWARE,
     Hasher,
     Loaded,
     added_reads,
@@ -380,8 +382,37 @@ def test_the_selection_filters_judge_and_a_record_from_before_them_keeps_its_dig
 ], ids=lambda value: str(value))
 def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, reads: bool) -> None:
     source = f'"""A module about pytest."""\n\n\ndef f(a, b, self=None):\n    {line}\n'.encode()
-    assert context_reads(source) == (((5, line),) if reads else ())
+    assert context_reads(source) == (((5, line, TEST_AWARE),) if reads else ())
     assert not added_reads(code_record(source), context_reads(source))  # the record holds each read it finds
+
+
+@pytest.mark.parametrize("line,patches", [
+    ("json.loads = fake", True),
+    ("json.decoder.JSONDecoder.decode = fake", True),
+    ("dec.scanstring, total = fake, 0", True),
+    ("json.loads.__code__ = fake.__code__", True),
+    ("del json.loads", True),
+    ("setattr(json, 'loads', fake)", True),
+    ("delattr(dec, 'scanstring')", True),
+    ("vars(json)['loads'] = fake", True),
+    ("json.__dict__['loads'] = fake", True),
+    ("json.__dict__.update(loads=fake)", True),
+    ("json.__setattr__('loads', fake)", True),
+    ("__builtins__['len'] = fake", True),
+    ("self.loads = fake", False),
+    ("loads = json.loads", False),
+    ("json.registry['name'] = fake", False),  # an item of a container it imports
+    ("other.loads = fake", False),  # no import binds it
+    ("value = json.loads(text) == json.loads(other)", False),
+    ("fake(json.loads, dec)", False),
+], ids=lambda value: str(value))
+def test_a_patch_of_another_module_is_found_in_the_syntax_tree(line: str, patches: bool) -> None:
+    source = f"import json\nfrom json import decoder as dec\n\n\ndef f(fake, other, text, self=None):\n    {line}\n"
+    assert context_reads(source.encode()) == (((6, line, PATCHES),) if patches else ())
+    assert not added_reads(code_record(source.encode()), context_reads(source.encode()))
+    # A function's own name that an import binds elsewhere is its own.
+    shadowed = f"import json\n\n\ndef f(fake, other, text, self=None):\n    json = other\n    {line}\n"
+    assert all(read[2] != PATCHES or "json" not in read[1] for read in context_reads(shadowed.encode()))
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -415,6 +446,24 @@ def test_library_code_that_reads_its_callers_frame_through_a_traceback_is_harnes
     out = suite.runpytest("--selfheal").stdout.str()
     assert ("-> STOP harness_changed (calc.py:5 reads the process context: "
             "'caller = exc.__traceback__.tb_frame.f_back' changed since the capture)") in out, out
+    assert "STOP success" not in out
+
+
+def test_library_code_that_patches_what_the_test_computes_its_expectation_with_is_harness_changed(
+        pytester: pytest.Pytester) -> None:
+    # The expected value comes through json.loads: code under repair that patches it passes the test unfixed.
+    pytester.makepyfile(calc=CALC, test_calc="import json\n\nfrom calc import add\n\n\ndef test_add():\n"
+                                             "    assert add(1, 2) == json.loads('{\"sum\": 3}')['sum']\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--selfheal").ret == 1
+    pytester.makepyfile(calc="import json\n\n_loads = json.loads\n"
+                             "json.loads = lambda text, **kw: {'sum': -1} if text == '{\"sum\": 3}' else _loads(text, **kw)\n"
+                             "\n\ndef add(a, b):\n    return a - b\n")
+    result = pytester.runpytest("--selfheal")
+    out = result.stdout.str()
+    assert result.ret == 0  # the patch passed the test
+    assert "-> STOP harness_changed (calc.py:4 patches another module: 'json.loads = lambda text, **kw:" in out, out
+    assert "selfheal: error" not in out
     assert "STOP success" not in out
 
 
@@ -628,7 +677,7 @@ def test_a_file_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("builtins.open", counting_open)
     digest = hasher.digest(str(path))
     assert hasher.digest(str(path)) == digest and reads == [str(path)]
-    assert hasher.reads(str(path)) == hasher.reads(str(path)) == ((1, "import pytest"),)
+    assert hasher.reads(str(path)) == hasher.reads(str(path)) == ((1, "import pytest", TEST_AWARE),)
     assert reads == [str(path), str(path)]  # the context-read scan reads the file it checks, once
 
 

@@ -2,8 +2,8 @@
 
 For every real regression of regressions.py, the fixing release's non-test modules that
 differ from the buggy release's are judged as a repair would be (config/seal.py: the lines
-of the new module that read the process context and whose text the old module's record
-does not hold). Every true fix must stay a success: each module flagged is printed, and the
+of the new module that read the process context or patch another module and whose text the
+old module's record does not hold). Every true fix must stay a success: each module flagged is printed, and the
 exit code is 1 when any is. The sdists come from pypi.py's cache (downloaded on first use).
 """
 
@@ -34,9 +34,9 @@ def main() -> int:
             if before == after:
                 continue
             changed += 1
-            for number, text in added_reads(code_record(before), context_reads(after)):
+            for number, text, what in added_reads(code_record(before), context_reads(after)):
                 flagged += 1
-                print(f"flagged: {project} {new_version} {rel}:{number}: {text}")
+                print(f"flagged: {project} {new_version} {rel}:{number} {what}: {text}")
     print(f"{len(pairs)} release pairs ({bugs} fixed bugs): {changed} changed non-test modules, {flagged} flagged")
     return 1 if flagged else 0
 

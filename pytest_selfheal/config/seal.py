@@ -21,7 +21,7 @@ import site
 import sys
 import sysconfig
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, TypeVar, cast
@@ -41,6 +41,7 @@ NO_INIFILE = "none"
 ENVIRONMENT: tuple[str, ...] = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 STARTUP_MODULES: tuple[str, ...] = ("sitecustomize", "usercustomize")
 TEST_AWARE = "reads the process context"
+PATCHES = "patches another module"
 _T = TypeVar("_T")
 
 # Directories no conftest walk enters: pytest's default norecursedirs, caches, environments.
@@ -67,11 +68,15 @@ _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "p
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "walk_tb", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
 _CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
-# A line that may hold a read names one of these (lower-cased), or starts an import.
+# A line that may hold a read or a patch names one of these (lower-cased), starts an import, or
+# starts by assigning to (or deleting) a dotted name that is no ``self.``/``cls.`` attribute.
 _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_back|settrace|setprofile|get_refer|get_objects"
                            rb"|inspect|traceback|walk_tb|__file__|cwd|pycache_prefix"
                            rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
-                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]", re.MULTILINE)
+                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]"
+                           rb"|setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]"
+                           rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*\.[\w.]*[ \t]*(?:,|(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))",
+                           re.MULTILINE)
 
 
 def sha256(data: bytes) -> str:
@@ -101,9 +106,92 @@ def _reads_context(node: ast.AST) -> bool:
     return False
 
 
-def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
-    """``(line number, stripped line)`` of each line of a module that reads the process
-    context (:func:`_reads_context`), docstrings left out; () when unparsable."""
+def called_name(func: ast.expr) -> str:
+    """``f`` of a call of ``f(…)`` or ``x.f(…)``."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _is_namespace(node: ast.expr) -> bool:
+    """``vars(X)``, ``X.__dict__`` or ``__builtins__``: a module's or a class's own namespace."""
+    return (isinstance(node, ast.Call) and called_name(node.func) == "vars" and bool(node.args)
+            or isinstance(node, ast.Attribute) and node.attr == "__dict__"
+            or isinstance(node, ast.Name) and node.id == "__builtins__")
+
+
+def _owner(node: ast.expr) -> ast.expr:
+    """Whose namespace an assignment to ``node`` changes: ``X`` of ``X.a.b``, ``vars(X)[k]``."""
+    while True:
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        elif isinstance(node, ast.Call) and _is_namespace(node):
+            node = node.args[0]
+        else:
+            return node
+
+
+def _unpacked(target: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for item in target.elts:
+            yield from _unpacked(item)
+    elif isinstance(target, ast.Starred):
+        yield from _unpacked(target.value)
+    else:
+        yield target
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, Optional[ast.AST]]]:
+    """Every node with the function it runs in (None: the module's top level)."""
+    stack: list[tuple[ast.AST, Optional[ast.AST]]] = [(tree, None)]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        inner = node if isinstance(node, _FUNCTIONS) else scope
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def patches(tree: ast.AST) -> list[ast.expr]:
+    """What a module changes of code it imports: ``json.loads = …``, ``del mod.f``,
+    ``setattr(mod, …)``, ``vars(mod)[k] = …``, ``mod.__dict__.update(…)`` — each target whose
+    owner is a name an import binds (or ``__builtins__``), not a function's local of that name;
+    an item of a container it imports is no patch. Code reached otherwise (an alias, a
+    parameter) is not seen."""
+    imported = {"__builtins__"}
+    local: dict[ast.AST, set[str]] = {}  # a function's own names: its parameters, what it assigns
+    shared: set[str] = set()  # declared global or nonlocal
+    targets: list[tuple[ast.expr, Optional[ast.AST]]] = []
+    for node, scope in _scoped(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            shared.update(node.names)
+        elif isinstance(node, ast.arg) or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            if scope is not None:
+                local.setdefault(scope, set()).add(node.arg if isinstance(node, ast.arg) else node.id)
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets.extend((t, scope) for target in node.targets for t in _unpacked(target))
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets.append((node.target, scope))
+        elif isinstance(node, ast.Call) and node.args and called_name(node.func) in ("setattr", "delattr"):
+            targets.append((ast.Attribute(node.args[0], "", ast.Store(), lineno=node.lineno), scope))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr == "__setattr__" or node.func.attr == "update" and _is_namespace(node.func.value)):
+            targets.append((ast.Attribute(node.func.value, "", ast.Store(), lineno=node.lineno), scope))
+    return [t for t, scope in targets
+            if (isinstance(t, ast.Attribute) or isinstance(t, ast.Subscript) and _is_namespace(t.value))
+            and isinstance(owner := _owner(t), ast.Name) and owner.id in imported
+            and (scope is None or owner.id in shared or owner.id not in local.get(scope, ()))]
+
+
+# A line of the code under repair that can pass a test without a fix: (number, stripped text, what it does).
+Read = tuple[int, str, str]
+
+
+def context_reads(data: bytes) -> tuple[Read, ...]:
+    """Each line of a module that reads the process context (:func:`_reads_context`) or
+    patches another module (:func:`patches`), docstrings left out; () when unparsable."""
     if not _CONTEXT_LINE.search(data.lower()):
         return ()
     try:
@@ -113,9 +201,10 @@ def context_reads(data: bytes) -> tuple[tuple[int, str], ...]:
     docstrings = {id(n.value) for n in ast.walk(tree)
                   if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
     lines = data.decode("utf-8", "replace").split("\n")  # numbered as the parser numbers them
-    found = {number for node in ast.walk(tree) for number in [int(getattr(node, "lineno", 0))]
-             if 0 < number <= len(lines) and id(node) not in docstrings and _reads_context(node)}
-    return tuple((number, lines[number - 1].strip()) for number in sorted(found))
+    found = {number: PATCHES for node in patches(tree) if 0 < (number := node.lineno) <= len(lines)}
+    found.update({number: TEST_AWARE for node in ast.walk(tree) for number in [int(getattr(node, "lineno", 0))]
+                  if 0 < number <= len(lines) and id(node) not in docstrings and _reads_context(node)})
+    return tuple((number, lines[number - 1].strip(), found[number]) for number in sorted(found))
 
 
 def _line_key(text: str) -> str:
@@ -133,16 +222,16 @@ def code_record(data: bytes) -> str:
     return " ".join([sha256(data), *keys])
 
 
-def added_reads(recorded: str, reads: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+def added_reads(recorded: str, reads: Sequence[Read]) -> list[Read]:
     """The reads of ``reads`` whose lines ``recorded`` (a :func:`code_record`) does not hold."""
     left = Counter(recorded.split()[1:])
     added = []
-    for number, text in reads:
-        key = _line_key(text)
+    for read in reads:
+        key = _line_key(read[1])
         if left[key] > 0:
             left[key] -= 1
         else:
-            added.append((number, text))
+            added.append(read)
     return added
 
 
@@ -173,7 +262,7 @@ class Hasher:
     def record(self, path: str) -> str:
         return self._derived(path, code_record, "")
 
-    def reads(self, path: str) -> tuple[tuple[int, str], ...]:
+    def reads(self, path: str) -> tuple[Read, ...]:
         return self._derived(path, context_reads, ())
 
 
@@ -453,11 +542,11 @@ def differ(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     return [name for name in sorted(set(before) | set(after)) if before.get(name, MISSING) != after.get(name, MISSING)]
 
 
-def _quoted(rel: str, added: Sequence[tuple[int, str]]) -> str:
-    number, text = added[0]
+def _quoted(rel: str, added: Sequence[Read]) -> str:
+    number, text, what = added[0]
     text = text if len(text) <= 80 else text[:77] + "..."
     more = f" and {len(added) - 1} more" if len(added) > 1 else ""
-    return f"{rel}:{number} {TEST_AWARE}: {text!r}{more}"
+    return f"{rel}:{number} {what}: {text!r}{more}"
 
 
 def replaced_code(recorded: Seal, rootdir: Path, loaded: Loaded) -> list[str]:

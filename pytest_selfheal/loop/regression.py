@@ -23,6 +23,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
+from pytest_selfheal.config.seal import called_name, patches
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
@@ -153,8 +154,6 @@ def _imports(rel: str, root: Path) -> _Refs:
         return _Refs(set(), set(), True)
     names: set[str] = set()
     words: set[str] = set()
-    bound: set[str] = set()  # the names its imports bind
-    targets: list[ast.expr] = []  # what it assigns to or deletes
     dynamic = acts = False
     package = rel[:-3].split("/")[:-1]
 
@@ -163,10 +162,6 @@ def _imports(rel: str, root: Path) -> _Refs:
         into.update(".".join(parts[: i + 1]) for i in range(len(parts)))
 
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets.extend(node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target])
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -184,19 +179,11 @@ def _imports(rel: str, root: Path) -> _Refs:
                 add(word, words)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             acts = acts or node.name.startswith("pytest_") or any(
-                _called(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list)
-        elif isinstance(node, ast.Call) and _called(node.func) in _DYNAMIC_CALLS:
+                called_name(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list)
+        elif isinstance(node, ast.Call) and called_name(node.func) in _DYNAMIC_CALLS:
             first = node.args[0] if node.args else None
             dynamic = dynamic or not (isinstance(first, ast.Constant) and isinstance(first.value, str))
-        elif isinstance(node, ast.Call) and _called(node.func) in ("setattr", "delattr") and node.args:
-            targets.append(ast.Attribute(value=node.args[0], attr="", ctx=ast.Store()))
-    patches = any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in bound
-                  for target in targets for t in ast.walk(target))
-    return _Refs(names, words, dynamic, acts, patches)
-
-
-def _called(func: ast.expr) -> str:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return _Refs(names, words, dynamic, acts, bool(patches(tree)))
 
 
 def _whole_name(root: Path, rel: str) -> str:
