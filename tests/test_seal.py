@@ -399,6 +399,9 @@ def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, re
     ("json.__dict__.update(loads=fake)", True),
     ("json.__setattr__('loads', fake)", True),
     ("__builtins__['len'] = fake", True),
+    ("getattr(json, 'decoder').scanstring = fake", True),
+    ("__import__('json').loads = fake", True),
+    ("importlib.import_module('json').loads = fake", True),
     ("self.loads = fake", False),
     ("loads = json.loads", False),
     ("json.registry['name'] = fake", False),  # an item of a container it imports
@@ -410,9 +413,12 @@ def test_a_patch_of_another_module_is_found_in_the_syntax_tree(line: str, patche
     source = f"import json\nfrom json import decoder as dec\n\n\ndef f(fake, other, text, self=None):\n    {line}\n"
     assert context_reads(source.encode()) == (((6, line, PATCHES),) if patches else ())
     assert not added_reads(code_record(source.encode()), context_reads(source.encode()))
-    # A function's own name that an import binds elsewhere is its own.
-    shadowed = f"import json\n\n\ndef f(fake, other, text, self=None):\n    json = other\n    {line}\n"
-    assert all(read[2] != PATCHES or "json" not in read[1] for read in context_reads(shadowed.encode()))
+
+
+def test_a_functions_own_name_is_not_the_module_an_import_binds() -> None:
+    source = ("import json\n\n\ndef own(other):\n    json = other\n    json.loads = 1\n\n\n"
+              "def shared(other):\n    global json\n    json = other\n    json.loads = 2\n")
+    assert context_reads(source.encode()) == ((12, "json.loads = 2", PATCHES),)
 
 
 PASSING_PLUGIN = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"

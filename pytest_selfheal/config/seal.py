@@ -74,7 +74,8 @@ _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_bac
                            rb"|inspect|traceback|walk_tb|__file__|cwd|pycache_prefix"
                            rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
                            rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]"
-                           rb"|setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]"
+                           rb"|setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]|__import__|import_module"
+                           rb"|getattr\([^\n]*\)\."
                            rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*\.[\w.]*[ \t]*(?:,|(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))",
                            re.MULTILINE)
 
@@ -119,11 +120,12 @@ def _is_namespace(node: ast.expr) -> bool:
 
 
 def _owner(node: ast.expr) -> ast.expr:
-    """Whose namespace an assignment to ``node`` changes: ``X`` of ``X.a.b``, ``vars(X)[k]``."""
+    """Whose namespace an assignment to ``node`` changes: ``X`` of ``X.a.b``, ``vars(X)[k]``,
+    ``getattr(X, n).a``."""
     while True:
         if isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
-        elif isinstance(node, ast.Call) and _is_namespace(node):
+        elif isinstance(node, ast.Call) and node.args and (_is_namespace(node) or called_name(node.func) == "getattr"):
             node = node.args[0]
         else:
             return node
@@ -140,6 +142,7 @@ def _unpacked(target: ast.expr) -> Iterator[ast.expr]:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_IMPORTS = frozenset({"__import__", "import_module"})  # calls that return a module
 
 
 def _scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, Optional[ast.AST]]]:
@@ -155,18 +158,19 @@ def _scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, Optional[ast.AST]]]:
 def patches(tree: ast.AST) -> list[ast.expr]:
     """What a module changes of code it imports: ``json.loads = …``, ``del mod.f``,
     ``setattr(mod, …)``, ``vars(mod)[k] = …``, ``mod.__dict__.update(…)`` — each target whose
-    owner is a name an import binds (or ``__builtins__``), not a function's local of that name;
+    owner is a name an import binds (or ``__builtins__``), not a function's local of that name,
+    or a module an import call returns;
     an item of a container it imports is no patch. Code reached otherwise (an alias, a
     parameter) is not seen."""
     imported = {"__builtins__"}
     local: dict[ast.AST, set[str]] = {}  # a function's own names: its parameters, what it assigns
-    shared: set[str] = set()  # declared global or nonlocal
+    shared: dict[ast.AST, set[str]] = {}  # a function's names declared global or nonlocal
     targets: list[tuple[ast.expr, Optional[ast.AST]]] = []
     for node, scope in _scoped(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            shared.update(node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and scope is not None:
+            shared.setdefault(scope, set()).update(node.names)
         elif isinstance(node, ast.arg) or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             if scope is not None:
                 local.setdefault(scope, set()).add(node.arg if isinstance(node, ast.arg) else node.id)
@@ -181,8 +185,9 @@ def patches(tree: ast.AST) -> list[ast.expr]:
             targets.append((ast.Attribute(node.func.value, "", ast.Store(), lineno=node.lineno), scope))
     return [t for t, scope in targets
             if (isinstance(t, ast.Attribute) or isinstance(t, ast.Subscript) and _is_namespace(t.value))
-            and isinstance(owner := _owner(t), ast.Name) and owner.id in imported
-            and (scope is None or owner.id in shared or owner.id not in local.get(scope, ()))]
+            and (isinstance(owner := _owner(t), ast.Call) and called_name(owner.func) in _IMPORTS
+                 or isinstance(owner, ast.Name) and owner.id in imported
+                 and (scope is None or owner.id in shared.get(scope, ()) or owner.id not in local.get(scope, ())))]
 
 
 # A line of the code under repair that can pass a test without a fix: (number, stripped text, what it does).
