@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional
 
 import pytest
-from helpers import INCIDENT_REQUIRED, build_plan_doc, capture, selfheal
+from helpers import INCIDENT_REQUIRED, build_plan_doc, capture, run_env, selfheal
 
 from pytest_selfheal.cli.main import main
 from pytest_selfheal.loop.localise import read_spectrum, read_written, with_spectra
@@ -467,6 +469,34 @@ def test_the_plan_is_localised_for_a_reader_and_a_verify_only_loop_runs_none(tmp
     assert all(f.root_cause is not None and f.root_cause.spectrum for f in failures)
     again = selfheal(tmp_path, "plan", incident_id, "--localise")
     assert "not localised: its failures have a spectrum already" in again.stderr, again.stderr
+
+
+# A child's start-up (sitecustomize) that hides selfheal's distribution, entry point and all:
+# selfheal run from a checkout (PYTHONPATH), not installed.
+NOT_INSTALLED = ("import importlib.metadata\n\n_every = importlib.metadata.distributions\n\n\n"
+                 "def _others(**kwargs):\n"
+                 "    return (d for d in _every(**kwargs) if d.metadata['Name'] != 'pytest-selfheal')\n\n\n"
+                 "importlib.metadata.distributions = _others\n")
+
+
+@pytest.mark.slow  # ~10 s: every installed plugin loads in both runs
+def test_a_plugin_loaded_by_its_module_name_is_loaded_by_the_localisation_run_too(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NOT_INSTALLED)
+    outer = os.environ.get("PYTHONPATH")
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "", "PYTHONPATH": os.pathsep.join([str(site), *([outer] if outer else [])])}
+    seen = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; "
+                           "print(sorted(e.value for e in m.entry_points(group='pytest11')))"],
+                          env=run_env(env), capture_output=True, text=True, check=True).stdout
+    assert "pytest_selfheal" not in seen  # pytest's autoload cannot find it: only `-p` loads it
+    project = tmp_path / "project"
+    mutated(project, SETITEM_BUG)
+    incident_id = capture(project, env=env)  # `-p pytest_selfheal.plugin` on the command line
+    result = selfheal(project, "plan", incident_id, "--localise", env=env)
+    assert "localising" in result.stderr and "recorded nothing" not in result.stderr, result.stderr
+    plan = Store(project / ".selfheal").read_plan(incident_id)
+    assert [a.suspects[0].name for a in plan.actions] == ["Cache.__setitem__"], result.stdout + result.stderr
 
 
 def test_a_plan_that_cannot_be_localised_says_why(

@@ -50,7 +50,7 @@ from pytest_selfheal.store.ids import validate_incident_id
 from pytest_selfheal.store.root import Store
 
 PLUGIN_MODULE = "pytest_selfheal.plugin"
-_NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+PLUGIN_NAME = "selfheal"  # its pytest11 entry point's name (pyproject.toml)
 
 
 def why_not(incident: Incident, effective: EffectiveConfig, attempts: int) -> Optional[str]:
@@ -146,15 +146,16 @@ def localise(
     if not argvs or not files:
         return plan
     child = dict(os.environ if env is None else env)
-    # Without plugin autoload the run loads the plugin itself (with it, by its module name
-    # twice over would be an error).
-    plugin = ["-p", PLUGIN_MODULE] if child.get(_NO_AUTOLOAD) else []
-    argv = argvs[0][: runner(argvs[0])[1]] + ["-q", *plugin, *files, *trusted]
+    # The run records with the plugin loaded once, by its module name, however the capture
+    # loaded it: an entry point (blocked by its name), `-p` or PYTEST_PLUGINS.
+    head = argvs[0][: runner(argvs[0])[1]]
     try:
-        check_command(argv, allowlist=effective.settings.verification.allowlist, root=project_root, trusted=trusted)
+        check_command([*head, *files, *trusted], allowlist=effective.settings.verification.allowlist,
+                      root=project_root, trusted=trusted)
     except RefusedError as exc:
         say(f"selfheal: localisation not run: {exc}")
         return plan
+    argv = [*head, "-q", "-p", f"no:{PLUGIN_NAME}", "-p", PLUGIN_MODULE, *files, *trusted]
     say(f"selfheal: incident {incident_id}: localising: running the {len(files)} test file(s) of its failures")
     with tempfile.TemporaryDirectory(prefix=verify_dir_prefix()) as tmp:
         out = Path(tmp) / "spectrum.json"
