@@ -402,6 +402,8 @@ def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, re
     ("getattr(json, 'decoder').scanstring = fake", True),
     ("__import__('json').loads = fake", True),
     ("importlib.import_module('json').loads = fake", True),
+    ("dec.getcontext().prec = 2", True),  # state another module keeps: what a test's expectation reads
+    ("make().prec = 2", False),
     ("self.loads = fake", False),
     ("loads = json.loads", False),
     ("json.registry['name'] = fake", False),  # an item of a container it imports
@@ -410,7 +412,7 @@ def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, re
     ("fake(json.loads, dec)", False),
 ], ids=lambda value: str(value))
 def test_a_patch_of_another_module_is_found_in_the_syntax_tree(line: str, patches: bool) -> None:
-    source = f"import json\nfrom json import decoder as dec\n\n\ndef f(fake, other, text, self=None):\n    {line}\n"
+    source = f"import json\nfrom json import decoder as dec\n\n\ndef f(fake, other, text, make, self=None):\n    {line}\n"
     assert context_reads(source.encode()) == (((6, line, PATCHES),) if patches else ())
     assert not added_reads(code_record(source.encode()), context_reads(source.encode()))
 

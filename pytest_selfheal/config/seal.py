@@ -76,7 +76,8 @@ _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_bac
                            rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]"
                            rb"|setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]|__import__|import_module"
                            rb"|getattr\([^\n]*\)\."
-                           rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*\.[\w.]*[ \t]*(?:,|(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))",
+                           rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+|\([^()\n]*\)|\[[^][\n]*\])*\.\w+[ \t]*"
+                           rb"(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+)+[ \t]*,",
                            re.MULTILINE)
 
 
@@ -120,13 +121,15 @@ def _is_namespace(node: ast.expr) -> bool:
 
 
 def _owner(node: ast.expr) -> ast.expr:
-    """Whose namespace an assignment to ``node`` changes: ``X`` of ``X.a.b``, ``vars(X)[k]``,
-    ``getattr(X, n).a``."""
+    """Whose state an assignment to ``node`` changes: ``X`` of ``X.a.b``, ``vars(X)[k]``,
+    ``getattr(X, n).a``, ``X.context().a``; the call itself of ``import_module(n).a``."""
     while True:
         if isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         elif isinstance(node, ast.Call) and node.args and (_is_namespace(node) or called_name(node.func) == "getattr"):
             node = node.args[0]
+        elif isinstance(node, ast.Call) and called_name(node.func) not in _IMPORTS:
+            node = node.func
         else:
             return node
 
