@@ -684,7 +684,7 @@ def test_a_green_run_says_a_stopped_incidents_failing_tests_pass_now(tmp_path: P
     project, incident_id = doctested_incident(tmp_path)
     said = (f"incident {incident_id} stopped (no_fix_found); the 2 test(s) it failed (calc.py::calc.add, "
             "test_calc.py::test_add) pass in this run, which is no iteration of it: the run passes and the "
-            "incident stays escalated")
+            f"incident stays escalated until `selfheal loop {incident_id} --reopen` judges the change")
 
     async def scenario() -> None:
         async with session(project) as client:

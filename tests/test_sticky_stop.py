@@ -290,7 +290,8 @@ def test_a_match_whose_failing_tests_did_not_run_is_no_verdict() -> None:
     assert fixed.attachment is sticky.Attachment.PASSED_AFTER_STOP
     assert sticky.passed_after_stop_line(fixed) == (
         "selfheal: incident incident_1 stopped (no_fix_found); the 1 test(s) it failed (u.py::b) pass in this run, "
-        "which is no iteration of it: the run passes and the incident stays escalated")
+        "which is no iteration of it: the run passes and the incident stays escalated until "
+        "`selfheal loop incident_1 --reopen` judges the change")
     (unseen,) = sticky.match_green([stopped("mod.py::mod.add")], {"t.py::a"}, (), "h2", unchanged)
     assert unseen.attachment is sticky.Attachment.NOT_COLLECTED
     assert sticky.match_green([stopped("t.py::b")], {"t.py::a"}, (), "h2", unchanged) == []

@@ -259,9 +259,10 @@ def passed_after_stop_line(match: StickyMatch) -> str:
     """A run passing every test a stopped incident failed, its test code unchanged: it stays as it stopped."""
     stopped = match.incident
     failed = sorted(stopped.failing)
+    loop = f"selfheal loop {stopped.incident_id}" + ("" if stopped.bucket == INBOX else " --reopen")
     return Line(f"selfheal: incident {stopped.incident_id} stopped ({stopped.stop_reason}); the {len(failed)} "
                 f"test(s) it failed ({first_few(failed, 3)}) {PASSED_AFTER_STOP}: the run passes and the incident stays "
-                f"{stopped.status}", Tone.PLAIN)
+                f"{stopped.status} until `{loop}` judges the change", Tone.PLAIN)
 
 
 def next_step(match: StickyMatch) -> str:
