@@ -68,17 +68,18 @@ _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "p
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "walk_tb", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
 _CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
-# A line that may hold a read or a patch names one of these (lower-cased), starts an import, or
-# starts by assigning to (or deleting) a dotted name that is no ``self.``/``cls.`` attribute.
+# A line that may hold a patch (lower-cased): it names one of these, or starts by assigning to
+# (or deleting) a dotted name that is no ``self.``/``cls.`` attribute.
+_PATCH = (rb"setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]|__import__|import_module"
+          rb"|getattr\([^\n]*\)\."
+          rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+|\([^()\n]*\)|\[[^][\n]*\])*\.\w+[ \t]*"
+          rb"(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+)+[ \t]*,")
+_PATCH_LINE = re.compile(_PATCH, re.MULTILINE)
+# A line that may hold a read names one of these (lower-cased), or starts an import; or a patch.
 _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_back|settrace|setprofile|get_refer|get_objects"
                            rb"|inspect|traceback|walk_tb|__file__|cwd|pycache_prefix"
                            rb"|__cached__|__spec__|__loader__|cache_from_source|getppid|/proc/"
-                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]"
-                           rb"|setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]|__import__|import_module"
-                           rb"|getattr\([^\n]*\)\."
-                           rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+|\([^()\n]*\)|\[[^][\n]*\])*\.\w+[ \t]*"
-                           rb"(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+)+[ \t]*,",
-                           re.MULTILINE)
+                           rb"|pytest|selfheal|^[ \t]*(?:from|import)[ \t]|" + _PATCH, re.MULTILINE)
 
 
 def sha256(data: bytes) -> str:
@@ -158,13 +159,17 @@ def _scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, Optional[ast.AST]]]:
         stack.extend((child, inner) for child in ast.iter_child_nodes(node))
 
 
+def may_patch(data: bytes) -> bool:
+    """Whether a module's source has a line that may patch another module (:func:`patches`)."""
+    return _PATCH_LINE.search(data.lower()) is not None
+
+
 def patches(tree: ast.AST) -> list[ast.expr]:
     """What a module changes of code it imports: ``json.loads = …``, ``del mod.f``,
     ``setattr(mod, …)``, ``vars(mod)[k] = …``, ``mod.__dict__.update(…)`` — each target whose
-    owner is a name an import binds (or ``__builtins__``), not a function's local of that name,
-    or a module an import call returns;
-    an item of a container it imports is no patch. Code reached otherwise (an alias, a
-    parameter) is not seen."""
+    owner is a name an import binds (or ``__builtins__``, or a module an import call returns),
+    not a function's local of that name. An item of a container it imports is no patch; code
+    reached otherwise (an alias, a parameter) is not seen."""
     imported = {"__builtins__"}
     local: dict[ast.AST, set[str]] = {}  # a function's own names: its parameters, what it assigns
     shared: dict[ast.AST, set[str]] = {}  # a function's names declared global or nonlocal

@@ -23,7 +23,7 @@ from typing import Optional
 
 from pytest_selfheal.analysis.analyse import failures_from_cases
 from pytest_selfheal.analysis.classify import Rule
-from pytest_selfheal.config.seal import called_name, patches
+from pytest_selfheal.config.seal import called_name, may_patch, patches
 from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
@@ -149,7 +149,8 @@ def _imports(rel: str, root: Path) -> _Refs:
     (``importorskip("calc")``, ``mock.patch("calc.mul")``): code is reached by name in more
     ways than ``import``."""
     try:
-        tree = ast.parse((root / rel).read_bytes(), rel)
+        source = (root / rel).read_bytes()
+        tree = ast.parse(source, rel)
     except (OSError, SyntaxError, ValueError):
         return _Refs(set(), set(), True)
     names: set[str] = set()
@@ -183,7 +184,7 @@ def _imports(rel: str, root: Path) -> _Refs:
         elif isinstance(node, ast.Call) and called_name(node.func) in _DYNAMIC_CALLS:
             first = node.args[0] if node.args else None
             dynamic = dynamic or not (isinstance(first, ast.Constant) and isinstance(first.value, str))
-    return _Refs(names, words, dynamic, acts, bool(patches(tree)))
+    return _Refs(names, words, dynamic, acts, may_patch(source) and bool(patches(tree)))
 
 
 def _whole_name(root: Path, rel: str) -> str:
