@@ -404,6 +404,8 @@ def test_a_read_of_the_process_context_is_found_in_the_syntax_tree(line: str, re
     ("importlib.import_module('json').loads = fake", True),
     ("dec.getcontext().prec = 2", True),  # state another module keeps: what a test's expectation reads
     ("make().prec = 2", False),
+    ("m = dec; m.scanstring = fake", True),  # another name for the module
+    ("m = other; m.scanstring = fake", False),
     ("self.loads = fake", False),
     ("loads = json.loads", False),
     ("json.registry['name'] = fake", False),  # an item of a container it imports

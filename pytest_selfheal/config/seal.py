@@ -68,12 +68,12 @@ _CONTEXT_OF = {"sys": frozenset({"modules", "argv", "orig_argv", "_getframe", "p
                "traceback": frozenset({"extract_stack", "format_stack", "walk_stack", "walk_tb", "print_stack"})}
 _CONTEXT_MODULES = frozenset({"pytest", "_pytest", "pytest_selfheal"})
 _CONTEXT_WORDS = ("pytest", "selfheal", "/proc/")
-# A line that may hold a patch (lower-cased): it names one of these, or starts by assigning to
-# (or deleting) a dotted name that is no ``self.``/``cls.`` attribute.
+# A line that may hold a patch (lower-cased): it names one of these, or a statement of it starts
+# by assigning to (or deleting) a dotted name that is no ``self.``/``cls.`` attribute.
 _PATCH = (rb"setattr|delattr|__dict__|vars[ \t]*\(|__builtins__|\bdel[ \t]|__import__|import_module"
           rb"|getattr\([^\n]*\)\."
-          rb"|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+|\([^()\n]*\)|\[[^][\n]*\])*\.\w+[ \t]*"
-          rb"(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)|^[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+)+[ \t]*,")
+          rb"|(?:^|;)[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+|\([^()\n]*\)|\[[^][\n]*\])*\.\w+[ \t]*"
+          rb"(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)|(?:^|;)[ \t]*(?!self\.|cls\.)[a-z_]\w*(?:\.\w+)+[ \t]*,")
 _PATCH_LINE = re.compile(_PATCH, re.MULTILINE)
 # A line that may hold a read names one of these (lower-cased), or starts an import; or a patch.
 _CONTEXT_LINE = re.compile(rb"environ|getenv|modules|argv|_getframe|_frame|f_back|settrace|setprofile|get_refer|get_objects"
@@ -168,15 +168,20 @@ def patches(tree: ast.AST) -> list[ast.expr]:
     """What a module changes of code it imports: ``json.loads = …``, ``del mod.f``,
     ``setattr(mod, …)``, ``vars(mod)[k] = …``, ``mod.__dict__.update(…)`` — each target whose
     owner is a name an import binds (or ``__builtins__``, or a module an import call returns),
-    not a function's local of that name. An item of a container it imports is no patch; code
-    reached otherwise (an alias, a parameter) is not seen."""
+    or another name given to one (``m = json``), not a function's local of that name. An item
+    of a container it imports is no patch; code reached otherwise (a parameter, a loop
+    variable, a container) is not seen."""
     imported = {"__builtins__"}
     local: dict[ast.AST, set[str]] = {}  # a function's own names: its parameters, what it assigns
     shared: dict[ast.AST, set[str]] = {}  # a function's names declared global or nonlocal
+    aliases: list[tuple[str, ast.expr]] = []  # ``m = json``, ``d = json.decoder``: another name for it
     targets: list[tuple[ast.expr, Optional[ast.AST]]] = []
     for node, scope in _scoped(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            aliases.extend((t.id, node.value) for t in ([node.target] if not isinstance(node, ast.Assign)
+                                                        else node.targets) if isinstance(t, ast.Name))
         elif isinstance(node, (ast.Global, ast.Nonlocal)) and scope is not None:
             shared.setdefault(scope, set()).update(node.names)
         elif isinstance(node, ast.arg) or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -191,11 +196,18 @@ def patches(tree: ast.AST) -> list[ast.expr]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                 node.func.attr == "__setattr__" or node.func.attr == "update" and _is_namespace(node.func.value)):
             targets.append((ast.Attribute(node.func.value, "", ast.Store(), lineno=node.lineno), scope))
+    aliased: set[str] = set()
+    while True:  # an alias of an alias too
+        found = {name for name, value in aliases if isinstance(root := _owner(value), ast.Name)
+                 and (root.id in imported or root.id in aliased)} - aliased
+        if not found:
+            break
+        aliased |= found
     return [t for t, scope in targets
             if (isinstance(t, ast.Attribute) or isinstance(t, ast.Subscript) and _is_namespace(t.value))
             and (isinstance(owner := _owner(t), ast.Call) and called_name(owner.func) in _IMPORTS
-                 or isinstance(owner, ast.Name) and owner.id in imported
-                 and (scope is None or owner.id in shared.get(scope, ()) or owner.id not in local.get(scope, ())))]
+                 or isinstance(owner, ast.Name) and (owner.id in aliased or owner.id in imported and (
+                     scope is None or owner.id in shared.get(scope, ()) or owner.id not in local.get(scope, ()))))]
 
 
 # A line of the code under repair that can pass a test without a fix: (number, stripped text, what it does).
