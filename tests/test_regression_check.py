@@ -340,22 +340,16 @@ def test_a_repair_that_breaks_neighbours_is_not_a_success_and_names_them(tmp_pat
     assert (project / ".selfheal" / "error_archive" / "escalated" / incident_id).is_dir()
 
 
-def _fixed(tmp_path: Path, project: Path, incident_id: str) -> str:
-    """What the loop with the good repair prints: a success, its check of test_calc.py and test_invoice.py clean."""
+@pytest.mark.slow
+def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     result = _loop(project, incident_id, "good", agent)
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "STOP success" in result.stdout
     assert "the regression check ran 3 test(s) (2 test module(s) that import the change): nothing broken" in result.stdout
-    return str(result.stdout)
-
-
-@pytest.mark.slow
-def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
-    project = _project(tmp_path)
-    incident_id = _capture(project)
-    _fixed(tmp_path, project, incident_id)
     assert _runs(project) == 1
     # The localisation run kept what the failing test's passing neighbours ran, for the check.
     kept = json.loads(next((project / ".selfheal").glob(f"**/{incident_id}/spectrum.json")).read_text())
@@ -363,19 +357,26 @@ def test_a_correct_fix_of_mul_alone_is_still_a_success(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_runs_of_whole_files_honour_the_captures_selection_filters(tmp_path: Path) -> None:
+def test_the_captures_filters_narrow_its_localisation_run_never_its_regression_check(tmp_path: Path) -> None:
     heavy = "\n\n@pytest.mark.heavy\ndef test_heavy():\n    open('heavy.runs', 'a').write('ran\\n')\n"
     files = {**FILES, "tests/test_calc.py": "import pytest\n" + FILES["tests/test_calc.py"] + heavy,
              "tests/test_invoice.py": FILES["tests/test_invoice.py"] + "\n\ndef test_currency():\n    assert total([]) == 'EUR 0'\n"}
     project = make_project(tmp_path / "proj", files, ini=INI + "markers =\n    heavy\n", gitignore=GITIGNORE + "*.runs\n")
-    # The user's run leaves out a heavy test and a test failing already: so do the localisation
-    # run and the regression check, which run whole files; the verification names its tests.
+    # The run leaves out a heavy test and a test failing already.
     incident_id = _capture(project, "-m", "not heavy", "--deselect", "tests/test_invoice.py::test_currency")
     incident = json.loads(next((project / ".selfheal").glob(f"**/{incident_id}/incident.json")).read_text())
     assert incident["pytest_filters"] == ["-m", "not heavy", "--deselect", "tests/test_invoice.py::test_currency"]
-    out = _fixed(tmp_path, project, incident_id)
-    assert "localising: running the 1 test file(s)" in out and "failing on the captured code too" not in out
-    assert _runs(project, "heavy.runs") == 0
+    localised = cli("plan", incident_id, "--localise", cwd=project)
+    assert "localising: running the 1 test file(s)" in localised.stderr, localised.stderr
+    assert _runs(project, "heavy.runs") == 0  # the ranking learns from what the capture ran
+    # The judge is not narrowed by what its invoker left out: the check runs them, and a test
+    # failing on the captured code too is not the change's fault.
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = _loop(project, incident_id, "good", agent)
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert ("the regression check ran 5 test(s) (2 test module(s) that import the change); "  # test_heavy too
+            "1 failing on the captured code too: nothing broken") in result.stdout, result.stdout
 
 
 @pytest.mark.slow

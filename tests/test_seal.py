@@ -327,22 +327,6 @@ def test_the_captures_context_is_a_judging_record(tmp_path: Path) -> None:
         assert judging.edited(tmp_path, incident, None, edited)
 
 
-def test_the_selection_filters_judge_and_a_record_from_before_them_keeps_its_digest(tmp_path: Path) -> None:
-    incident = Incident(incident_id="incident_20260101_000000_aaaaaa", step="", failure_class="", message="",
-                        error_signature="", pytest_filters=("-m", "not slow"))
-    judging.remember(tmp_path, incident.incident_id, incident=incident)
-    assert not judging.edited(tmp_path, incident, None, None)
-    for filters in (("-m", "not slow and not db"), ()):  # narrowed, or dropped
-        assert judging.edited(tmp_path, replace(incident, pytest_filters=filters), None, None)
-    # A record written before the filters were recorded is digested as it was then.
-    older = replace(incident, pytest_filters=())
-    judging.remember(tmp_path, older.incident_id, incident=older)
-    doc = older.to_json()
-    assert "pytest_filters" not in doc
-    assert judging._digests(older)["incident"] == judging._digest({key: doc.get(key) for key in judging._INCIDENT_KEYS})
-    assert not judging.edited(tmp_path, older, None, None)
-
-
 @pytest.mark.parametrize("line,reads", [
     ("frame = inspect.currentframe()", True),
     ("caller = sys._getframe(1)", True),

@@ -1,6 +1,6 @@
 """The capture's pytest options that change behaviour, replayed in every verification run
-(docs/loop.md "Verification fidelity"), and its selection filters, honoured by the runs that
-select whole files; output, parallelism, debugging and the plugin's own options are dropped."""
+(docs/loop.md "Verification fidelity"), and its selection filters, honoured by the
+localisation run; output, parallelism, debugging and the plugin's own options are dropped."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ DROPPED_DESTS = frozenset({
 })
 
 # argparse destinations of the options that narrow the user's suite (-k, -m, --deselect,
-# --ignore): a verification names its tests, but a run of whole files (localisation, the
-# regression check) runs only what the user's own run would.
+# --ignore): a verification names its tests; the localisation run, which judges nothing,
+# runs only what the capture ran. The regression check ignores them: the invoker's choice
+# never narrows the judge.
 FILTER_DESTS = frozenset({"keyword", "markexpr", "deselect", "ignore", "ignore_glob"})
 
 # (takes ``value``, the token after it or attached to it, as its value?, argparse dest) of an

@@ -141,7 +141,9 @@ def localise(
     ranked some failing test (else ``plan`` as it was). Call without the store lock (it runs tests)."""
     incident, incident_id = run.incident, run.incident_id
     argvs = verification_argv(plan)
-    trusted = trusted_options(incident, effective, whole_files=True)
+    # The capture's filters too (-k, -m, --deselect): a test its run left out lends the ranking
+    # nothing (a deselected failure would count as one of this fault's).
+    trusted = [*trusted_options(incident, effective), *incident.pytest_filters]
     files = _files(incident, project_root)
     if not argvs or not files:
         return plan

@@ -521,8 +521,7 @@ def check_incident(store: Store, incident: Incident, *, effective: EffectiveConf
     except (OSError, ValueError):
         spectrum = {}
     return check_regressions(
-        mode=settings.regression, incident=incident, tree=tree, runner=runner,
-        trusted=trusted_options(incident, effective, whole_files=True),
+        mode=settings.regression, incident=incident, tree=tree, runner=runner, trusted=trusted_options(incident, effective),
         whole_command=whole, selection=list(outcomes), budget_seconds=float(settings.regression_budget_seconds),
         commit=commit, captured_tree=captured_tree, clean_capture=clean, env=env,
         invocation_dir=start_dir(tree, incident.invocation_dir),

@@ -75,12 +75,10 @@ class VerificationRun:
     junit_path: Path
 
 
-def trusted_options(incident: Incident, effective: EffectiveConfig, *, whole_files: bool = False) -> list[str]:
+def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
     """The capture's own pytest options and ``verification.args``, appended to every command
-    (like with like); ``whole_files``: its selection filters too, for a run of whole files (a
-    verification names its tests). They are the user's own, so the argument allowlist trusts them."""
-    filters = list(incident.pytest_filters) if whole_files else []
-    return list(incident.pytest_options) + list(effective.settings.verification.args) + filters
+    (like with like); they are the user's own, so the argument allowlist trusts them."""
+    return list(incident.pytest_options) + list(effective.settings.verification.args)
 
 
 # Where a verification starts: the directory the capture ran pytest from (tests reading relative paths

@@ -141,7 +141,7 @@ class Incident(JsonRecord):
     rootdir: Optional[str] = None
     tdd_nodeids: tuple[str, ...] = ()  # tests marked @pytest.mark.tdd
     pytest_options: tuple[str, ...] = ()  # the capture's options replayed by every verification run
-    # Its selection filters (-k, -m, --deselect, --ignore): honoured by the runs of whole files.
+    # Its selection filters (-k, -m, --deselect, --ignore): honoured by the localisation run.
     pytest_filters: tuple[str, ...] = ()
     invocation_dir: Optional[str] = None  # where pytest was started, relative to rootdir (POSIX; None: rootdir)
     diff_hash: Optional[str] = None  # working-tree hash at capture (null: unknown)

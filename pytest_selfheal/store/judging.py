@@ -33,8 +33,6 @@ from pytest_selfheal.store.ids import is_incident_id
 
 RECORDS_EDITED = "the incident's records were edited outside selfheal"
 _INCIDENT_KEYS = ("seal", "test_digests", "nodeids", "tdd_nodeids", "pytest_options", "invocation_dir", "rootdir")
-# Judging keys added since: in the digest when the record has them, so an older record keeps its digest.
-_ADDED_INCIDENT_KEYS = ("pytest_filters",)
 _ACTION_KEYS = ("nodeids", "verification", "test_paths")
 
 
@@ -49,8 +47,7 @@ def _digests(incident: Optional[Incident] = None, plan: Optional[Plan] = None,
     out = {}
     if incident is not None:
         doc = incident.to_json()
-        out["incident"] = _digest({**{key: doc.get(key) for key in _INCIDENT_KEYS},
-                                   **{key: doc[key] for key in _ADDED_INCIDENT_KEYS if key in doc}})
+        out["incident"] = _digest({key: doc.get(key) for key in _INCIDENT_KEYS})
     if plan is not None:
         out["plan"] = _digest([{key: action.get(key) for key in _ACTION_KEYS} for action in plan.to_json().get("actions", [])])
     if context is not None:
