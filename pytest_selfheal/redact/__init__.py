@@ -149,14 +149,8 @@ BUILTIN_KINDS: tuple[str, ...] = (
     "shortened_item",
 ) + tuple(dict.fromkeys(kind.kind for kind in TOKEN_KINDS))
 
-def _labels_in(folded: str, start: int = 0, end: Optional[int] = None,
-               skip_to: Callable[[], int] = lambda: 0) -> Iterator[re.Match[str]]:
-    """The labels starting at ``start`` or later (before ``end``); none before ``skip_to()``,
-    the end of what the caller replaced already: a label's value can run to the end of the
-    text, so matching inside it again would take quadratic time."""
+def _labels_in(folded: str, start: int = 0, end: Optional[int] = None) -> Iterator[re.Match[str]]:
     for candidate in _LABEL_TRIGGER().finditer(folded, start, len(folded) if end is None else end):
-        if candidate.start() < skip_to():
-            continue
         m = _LABELS().match(folded, candidate.start())
         if m is not None:
             yield m
@@ -220,9 +214,11 @@ def _labels_pass(text: str, folded: str) -> str:
     """Label values replaced, matching on ``folded`` (``text`` lower-cased, same length)."""
     out: list[str] = []
     last = 0
-    for m in _labels_in(folded, skip_to=lambda: last):  # none inside a value already replaced
-        start = m.start()
-        if _in_path(folded, start):  # a file name
+    for candidate in _LABEL_TRIGGER().finditer(folded):
+        start = candidate.start()
+        # Not inside a value already replaced: a value can run to the end of the text, and
+        # matching each label in it again would take quadratic time.
+        if start < last or (m := _LABELS().match(folded, start)) is None or _in_path(folded, start):
             continue
         # Prefer the label nearest its value: "TOKENAuthorization: Bearer x" is an
         # Authorization header, not token="Authorization:" (the suffix swallowed a label).
