@@ -721,16 +721,17 @@ def test_a_stop_is_not_forgotten_by_deleting_its_incident(tmp_path: Path, forget
 @pytest.mark.slow
 def test_a_change_that_patches_a_module_the_neighbour_uses_is_no_success(tmp_path: Path) -> None:
     """`calc.py` patches `json.loads` at import: `test_json` (it imports nothing of the
-    project) fails beside it in the whole suite and passes alone."""
+    project) fails beside it. The seal names the patch before any check runs: code under
+    repair that changes another module changes what the tests judge with."""
     project = _project(tmp_path)
     _capture(project)
     calc = project / "calc.py"
     calc.write_text("import json\n\n_loads = json.loads\njson.loads = lambda s, *a, **k: 2 if s == '1' else "
                     "_loads(s, *a, **k)\n\n" + calc.read_text().replace("a * b - 1", "a * b"))
     result = run_pytest_selfheal(project)
-    assert "fixed `test_mul`; broke `test_json` (the regression check ran 4 test(s) (the capture's whole command; " \
-        "4 of them by this run itself))" in result.stdout, result.stdout
-    assert "STOP success" not in result.stdout
+    assert "-> STOP harness_changed (calc.py:4 patches another module: \"json.loads = lambda s, *a, **k: 2 if s" \
+        in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout and "the regression check ran" not in result.stdout
 
 
 @pytest.mark.slow
