@@ -38,6 +38,10 @@ VERIFYING_ENV = "SELFHEAL_VERIFYING"
 # Given to every verification run: pytest then shows this plugin each passing comparison.
 COMPARISONS_PLUGIN = "pytest_selfheal.capture.comparisons"
 PASS_HOOK_OPTION = "enable_assertion_pass_hook=true"
+# Given to every verification run: the plugin that signs what pytest saw fail, with the key
+# the loop passes here (gone from os.environ before any project code runs).
+OUTCOMES_PLUGIN = "pytest_selfheal.capture.outcomes"
+REPORT_KEY_ENV = "SELFHEAL_REPORT_KEY"
 # Set by the loop on its localisation run: the file the run's coverage spectrum is written to.
 LOCALISE_ENV = "SELFHEAL_LOCALISE"
 # `selfheal ci` gives its pytest child a fresh random token here: the capture records it as

@@ -35,6 +35,7 @@ from pytest_selfheal.config.seal import (
 )
 from pytest_selfheal.errors import RefusedError
 from pytest_selfheal.loop.seal_check import passing_without_the_code
+from pytest_selfheal.loop.verify import FORGED
 from pytest_selfheal.process import fresh_bytecode
 from pytest_selfheal.records.context import GitContext, RunContext
 from pytest_selfheal.records.incident import Incident
@@ -459,6 +460,44 @@ def test_library_code_that_patches_what_the_test_computes_its_expectation_with_i
     assert "-> STOP harness_changed (calc.py:4 patches another module: 'json.loads = lambda text, **kw:" in out, out
     assert "selfheal: error" not in out
     assert "STOP success" not in out
+
+
+# Code under repair that deletes each <failure> from the loop's junit reports as its process
+# ends (the folder named without the word the seal looks for).
+FORGER = """import atexit
+import os
+import tempfile
+
+
+def _forge():
+    for folder, _, names in os.walk(tempfile.gettempdir()):
+        for name in names:
+            if ("self" + "heal-verify") in folder and name.endswith(".xml"):
+                path = os.path.join(folder, name)
+                with open(path) as handle:
+                    text = handle.read()
+                if "<failure" in text:
+                    cut = text[text.index("<failure"):text.index("</failure>") + len("</failure>")]
+                    with open(path, "w") as handle:
+                        handle.write(text.replace(cut, "").replace('failures="1"', 'failures="0"'))
+
+
+atexit.register(_forge)
+
+
+"""
+
+
+@pytest.mark.slow  # two loops: the forged one and a true fix's
+def test_a_junit_report_rewritten_before_its_run_ends_is_no_success(suite: pytest.Pytester) -> None:
+    (incident_id,) = _inbox(suite.path)
+    suite.makepyfile(calc=FORGER + CALC)
+    result = cli("loop", incident_id, cwd=suite.path)
+    assert "STOP success" not in result.stdout, result.stdout
+    (attempt, *_) = _attempts(suite.path, incident_id) or [{}]
+    assert FORGED in json.dumps(attempt), attempt
+    suite.makepyfile(calc=FORGER + CALC.replace("a - b", "a + b"))  # a true fix beside it passes
+    assert "STOP success" in cli("loop", incident_id, "--reopen", cwd=suite.path).stdout
 
 
 def test_a_correct_fix_is_still_a_success(suite: pytest.Pytester) -> None:

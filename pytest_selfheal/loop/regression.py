@@ -28,7 +28,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.loop.verify import Verifier, read_cases, start_dir, trusted_options
+from pytest_selfheal.loop.verify import Verifier, forged, read_cases, start_dir, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
@@ -429,6 +429,8 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
         if ran.timed_out:
             raise _OutOfTime
         cases = read_cases(junit, redactor)
+        if forged(ran, cases):
+            raise _OutOfTime  # nothing is known of a check whose report was rewritten
         by_test = {case.test: nodeid_of(case, cwd) for case in cases}
         for failure in failures_from_cases(cases, extra_rules=rules):
             nodeid = by_test.get(failure.test, failure.test)

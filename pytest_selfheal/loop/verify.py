@@ -5,7 +5,10 @@ verification run executes"): :func:`check_command` refuses what is not allowlist
 from __future__ import annotations
 
 import dataclasses
+import hmac
+import json
 import os
+import secrets
 import shutil
 import stat
 import sys
@@ -22,10 +25,13 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import InputError, RefusedError
 from pytest_selfheal.junit.nodeids import mangle_nodeid, nodeid_by_identity
 from pytest_selfheal.junit.reader import dedupe, iter_testcases
+from pytest_selfheal.junit.signed import SIGNED_SUFFIX, signature
 from pytest_selfheal.loop.argcheck import PYTEST_RUNNERS, SAFE_FLAGS, check_arguments, inside_root
 from pytest_selfheal.names import (
     COMPARISONS_PLUGIN,
+    OUTCOMES_PLUGIN,
     PASS_HOOK_OPTION,
+    REPORT_KEY_ENV,
     SELECTION_FORMAT,
     SELECTION_OPTION,
     SELECTION_PLUGIN,
@@ -73,6 +79,7 @@ class VerificationRun:
     duration_seconds: float
     output_tail: str  # bounded tail of stdout+stderr, NOT redacted (the caller redacts)
     junit_path: Path
+    report_key: str = ""  # the key its signed failures were written with ("": none asked for)
 
 
 def trusted_options(incident: Incident, effective: EffectiveConfig) -> list[str]:
@@ -232,9 +239,10 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
     # ``judged``: a candidate success's run, its passing comparisons judged (which slows every
     # passing assert, so only that run pays for it).
     judging = ["-p", COMPARISONS_PLUGIN, "-o", PASS_HOOK_OPTION] if judged else []
-    full = resolve_argv(argv) + [*judging, f"--rootdir={cwd}", f"--junitxml={junit_path}"]
+    full = resolve_argv(argv) + [*judging, "-p", OUTCOMES_PLUGIN, f"--rootdir={cwd}", f"--junitxml={junit_path}"]
     child_env = dict(os.environ if env is None else env)
     child_env[VERIFYING_ENV] = "1"
+    child_env[REPORT_KEY_ENV] = key = secrets.token_hex(16)
     output_path = junit_path.with_name(junit_path.name + ".out")
     junit_path.parent.mkdir(parents=True, exist_ok=True)
     with fresh_bytecode(child_env, junit_path.parent) as clean:
@@ -243,8 +251,25 @@ def run_selection(argv: Sequence[str], *, cwd: Path, junit_path: Path, timeout_s
         )
     # A runner that cannot start left its one line in the output: a tooling problem, reported like one.
     return VerificationRun(
-        full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path
+        full, result.exit_code, result.timed_out, result.duration_seconds, read_tail(output_path), junit_path, key
     )
+
+
+FORGED = "its junit report was changed after pytest wrote it: it says a test passed that pytest saw fail"
+
+
+def forged(run: VerificationRun, cases: Sequence[models.TestCaseResult]) -> bool:
+    """Whether ``run``'s junit ``cases`` say a test passed that the run's signed record of
+    failures (capture/outcomes.py) names, or that record is missing or not signed with its key."""
+    if not run.report_key or not cases:
+        return False
+    try:
+        doc = json.loads(Path(str(run.junit_path) + SIGNED_SUFFIX).read_text(encoding="utf-8"))
+        failed = [str(name) for name in doc["failed"]]
+        signed = hmac.compare_digest(str(doc["signature"]), signature(run.report_key, failed))
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    return not signed or any(c.outcome == models.OUTCOME_PASSED and c.name in failed for c in cases)
 
 
 # A verification's junit and raw (unredacted) output live in a temp folder named after the
@@ -353,6 +378,8 @@ def observe(run: VerificationRun, selection_nodeids: Sequence[str], *, rules: Se
     outcomes: dict[str, str] = {}
     cases = [] if run.timed_out else read_cases(run.junit_path, redactor)
     tail = redactor.redact(run.output_tail) if redactor is not None else run.output_tail
+    if forged(run, cases):
+        return dict.fromkeys(selection_nodeids, models.OUTCOME_MISSING), [synthetic_failure(FORGED, tail, rules)]
     collect_only = any(word in _COLLECT_ONLY for word in run.argv)
     if collect_only and run.exit_code == 0 and not any(c.outcome in models.FAILING_OUTCOMES for c in cases):
         # A clean collection is the verification of a plan without node ids.
