@@ -22,6 +22,7 @@ from fake_github import FakeGitHub
 from helpers import GITIGNORE, cli, effective_config, git_commit_all, make_project, run_env, run_pytest_selfheal
 from test_ci import actions_env, ours, outputs_of, run_ci
 from test_mcp import session
+from test_seal import FORGER as JUNIT_FORGER
 
 from pytest_selfheal.errors import EXIT_OK, EXIT_UNRESOLVED, ConfigError
 from pytest_selfheal.loop.decision import decide
@@ -377,6 +378,17 @@ def test_the_captures_filters_narrow_its_localisation_run_never_its_regression_c
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert ("the regression check ran 5 test(s) (2 test module(s) that import the change); "  # test_heavy too
             "1 failing on the captured code too: nothing broken") in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_a_check_whose_report_was_rewritten_knows_nothing(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    incident_id = _capture(project)
+    agent = tmp_path / "agent.py"  # the bad repair, and code that deletes each <failure> as its run ends
+    agent.write_text(AGENT + f"calc.write_text({JUNIT_FORGER!r} + calc.read_text())\n")
+    result = _loop(project, incident_id, "bad", agent)
+    assert "its junit report was changed after pytest wrote it" in result.stdout, result.stdout
+    assert "STOP success" not in result.stdout
 
 
 @pytest.mark.slow

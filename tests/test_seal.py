@@ -463,7 +463,7 @@ def test_library_code_that_patches_what_the_test_computes_its_expectation_with_i
 
 
 # Code under repair that deletes each <failure> from the loop's junit reports as its process
-# ends (the folder named without the word the seal looks for).
+# ends (its folders named without the word the seal looks for).
 FORGER = """import atexit
 import os
 import tempfile
@@ -472,7 +472,7 @@ import tempfile
 def _forge():
     for folder, _, names in os.walk(tempfile.gettempdir()):
         for name in names:
-            if ("self" + "heal-verify") in folder and name.endswith(".xml"):
+            if ("self" + "heal-") in folder and name.endswith(".xml"):
                 path = os.path.join(folder, name)
                 with open(path) as handle:
                     text = handle.read()

@@ -28,7 +28,7 @@ from pytest_selfheal.config.settings import EffectiveConfig
 from pytest_selfheal.errors import SelfhealError
 from pytest_selfheal.gitrepo import GitFailed, repo_top, run_git
 from pytest_selfheal.junit.nodeids import mangle_nodeid
-from pytest_selfheal.loop.verify import Verifier, forged, read_cases, start_dir, trusted_options
+from pytest_selfheal.loop.verify import FORGED, Verifier, forged, read_cases, start_dir, trusted_options
 from pytest_selfheal.plan.suspects import PASSING_SPECTRUM_FILE, FunctionKey, read_passing_spectrum
 from pytest_selfheal.records import models
 from pytest_selfheal.records.context import RunContext
@@ -73,6 +73,7 @@ class RegressionCheck:
     preexisting: tuple[str, ...] = ()  # fail on the captured code too: not the change's fault
     scope: str = ""  # what ran: "3 test modules that import the change", "the capture's whole command"
     timed_out: bool = False  # the check hit verification.regression_budget_seconds: nothing is known
+    unknown: str = ""  # why nothing is known otherwise (timed_out is set too)
     intermittent: tuple[str, ...] = ()  # of ``broken``: how each one the change made intermittent ran
     from_run: int = 0  # of ``ran``, the tests judged by the outcome the run asking for the check gave them
 
@@ -108,7 +109,8 @@ def regression_line(incident_id: str, fixed: Sequence[str], check: RegressionChe
     """What the repair fixed and what it broke, in one line."""
     if check.broken:
         return f"selfheal: incident {incident_id}: {_broke(fixed, check.broken)} ({check.ran_text()})"
-    found = "it hit its time budget (verification.regression_budget_seconds)" if check.timed_out else "nothing broken"
+    found = (check.unknown or "it hit its time budget (verification.regression_budget_seconds)") if check.timed_out \
+        else "nothing broken"
     return f"selfheal: incident {incident_id}: {check.ran_text()}: {found}"
 
 
@@ -430,7 +432,7 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
             raise _OutOfTime
         cases = read_cases(junit, redactor)
         if forged(ran, cases):
-            raise _OutOfTime  # nothing is known of a check whose report was rewritten
+            raise _OutOfTime(FORGED)  # nothing is known of a check whose report was rewritten
         by_test = {case.test: nodeid_of(case, cwd) for case in cases}
         for failure in failures_from_cases(cases, extra_rules=rules):
             nodeid = by_test.get(failure.test, failure.test)
@@ -472,8 +474,8 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
                     steady = [n for n in steady if before.get(n) not in models.FAILING_OUTCOMES]
                 on_captured = (f"passed {CAPTURED_RERUNS} of {CAPTURED_RERUNS} on the captured code"
                                if base is not None else "the captured code could not be run")
-    except _OutOfTime:
-        return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run)
+    except _OutOfTime as stop:
+        return RegressionCheck(len(outcomes), scope=scope, timed_out=True, from_run=from_run, unknown=str(stop))
     # Flaky under the change only: passed every run on the captured code.
     intermittent = tuple(f"`{short_name(n)}` became intermittent under the change: failed 1 of {runs}, {on_captured}"
                          for n in steady)
@@ -484,7 +486,8 @@ def check_regressions(*, mode: str, incident: Incident, tree: Path, runner: Veri
 
 
 class _OutOfTime(Exception):
-    """The check hit its time budget (verification.regression_budget_seconds)."""
+    """The check hit its time budget (verification.regression_budget_seconds), or (its
+    argument) cannot know for another reason."""
 
 
 def capture_words(invocation_args: Sequence[str], cwd: Optional[str], rootdir: Path) -> list[str]:
