@@ -182,7 +182,7 @@ def patches(tree: ast.AST) -> list[ast.expr]:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and isinstance(node.value, (ast.Name, ast.Attribute)):
             aliases.extend((t.id, node.value) for t in ([node.target] if not isinstance(node, ast.Assign)
                                                         else node.targets) if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and scope is not None:
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and scope is not None:
             shared.setdefault(scope, set()).update(node.names)
         elif isinstance(node, ast.arg) or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             if scope is not None:
